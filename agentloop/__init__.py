@@ -1,0 +1,1 @@
+"""agentloop: an LLM optimisation loop for GPU kernels that keeps batch invariance."""

@@ -1,0 +1,234 @@
+"""The task contract: a task file (`tasks/<name>.yaml`) loaded into pydantic models.
+
+A task names the entry function a candidate defines, its arguments (which are batched along
+axis 0), its outputs, the shapes and dtypes it is checked on, and its tolerances. The batch
+contract it implies: row i of every batched output depends only on row i of the batched inputs
+and on the unbatched inputs, bit for bit, whatever the batch around it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# "float" means the floating dtype the task is being run in (one of the task's `dtypes`).
+ArgDtype = Literal["float", "float32", "bfloat16", "float16", "int64", "int32", "int8", "bool"]
+RunDtype = Literal["bfloat16", "float32", "float16"]
+
+
+class TaskError(ValueError):
+    """A task file that cannot be used; the message is one line naming the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Arg(_Strict):
+    """One parameter of the entry function, in call order."""
+
+    name: str
+    kind: Literal["tensor", "scalar"] = "tensor"
+    axes: list[str] = Field(default_factory=list)
+    """Axis names; a batched tensor's first axis is the task's batch axis."""
+    dtype: ArgDtype = "float"
+    batched: bool = False
+    """True when axis 0 is the batch axis (rows belong to different requests)."""
+    value: float | int | None = None
+    """The value passed for a scalar argument."""
+    padded_axis: str | None = None
+    """An axis whose extent is the batch-wide padded length (decode_attention's L)."""
+
+
+class Output(_Strict):
+    """One output of the entry function, in return order."""
+
+    name: str
+    axes: list[str]
+    dtype: ArgDtype = "float"
+    batched: bool = True
+
+
+class Tolerance(_Strict):
+    atol: float
+    rtol: float
+
+
+class BISettings(_Strict):
+    """Optional overrides for the dynamic gate's batch contexts."""
+
+    cpu_batch_sizes: list[int] | None = None
+    cuda_batch_sizes: list[int] | None = None
+
+
+class Task(_Strict):
+    """A task of the suite, as written in its YAML file."""
+
+    name: str
+    summary: str
+    entry: str
+    """Name of the function a candidate must define."""
+    reference: str
+    """Path of the plain-PyTorch reference module, relative to the tasks directory."""
+    batch_axis: str = "T"
+    args: list[Arg]
+    outputs: list[Output]
+    dtypes: list[RunDtype]
+    dims: dict[str, int]
+    """Non-batch dimensions used on GPU."""
+    cpu_dims: dict[str, int]
+    """Smaller non-batch dimensions used on CPU, where kernels run in Triton's interpreter."""
+    shapes: list[dict[str, int]]
+    """Correctness shapes on GPU: each sets the batch axis and may override dims."""
+    cpu_shapes: list[dict[str, int]]
+    bench_shapes: list[dict[str, int]]
+    tolerance: dict[RunDtype, Tolerance]
+    bi: BISettings = BISettings()
+    ragged: dict[str, str] | None = None
+    """Padded axis -> name of the int argument holding each row's valid length."""
+
+    path: Path | None = Field(default=None, exclude=True)
+
+    @field_validator("shapes", "cpu_shapes", "bench_shapes")
+    @classmethod
+    def _positive(cls, shapes: list[dict[str, int]]) -> list[dict[str, int]]:
+        for shape in shapes:
+            for axis, size in shape.items():
+                if size < 1:
+                    raise ValueError(f"{axis}={size} must be at least 1")
+        return shapes
+
+    @model_validator(mode="after")
+    def _axes_known(self) -> Task:
+        known = set(self.dims) | {self.batch_axis}
+        if set(self.cpu_dims) != set(self.dims):
+            raise ValueError(f"cpu_dims must name the same axes as dims {sorted(self.dims)}")
+        for group, items in (("args", self.args), ("outputs", self.outputs)):
+            for i, item in enumerate(items):
+                for axis in item.axes:
+                    if axis not in known:
+                        raise ValueError(f"{group}[{i}] ({item.name}): unknown axis {axis!r}; "
+                                         f"known axes are {sorted(known)}")
+                if item.batched and (not item.axes or item.axes[0] != self.batch_axis):
+                    raise ValueError(f"{group}[{i}] ({item.name}): a batched tensor's first axis "
+                                     f"must be the batch axis {self.batch_axis!r}")
+        for i, arg in enumerate(self.args):
+            if arg.kind == "scalar" and arg.value is None:
+                raise ValueError(f"args[{i}] ({arg.name}): a scalar needs a value")
+        for key in ("shapes", "cpu_shapes", "bench_shapes"):
+            for shape in getattr(self, key):
+                if self.batch_axis not in shape:
+                    raise ValueError(f"{key}: every shape must set the batch axis {self.batch_axis!r}")
+                for axis in shape:
+                    if axis not in known:
+                        raise ValueError(f"{key}: unknown axis {axis!r}")
+        missing = set(self.dtypes) - set(self.tolerance)
+        if missing:
+            raise ValueError(f"tolerance: no entry for dtype {sorted(missing)[0]}")
+        return self
+
+    # Derived views -------------------------------------------------------------------------
+    @property
+    def tasks_dir(self) -> Path:
+        assert self.path is not None
+        return self.path.parent
+
+    @property
+    def reference_path(self) -> Path:
+        return self.tasks_dir / self.reference
+
+    @property
+    def candidates_dir(self) -> Path:
+        return self.tasks_dir / self.name / "candidates"
+
+    @property
+    def batched_args(self) -> list[str]:
+        return [a.name for a in self.args if a.batched]
+
+    def dims_for(self, device: str, shape: dict[str, int]) -> dict[str, int]:
+        """Full dimensions for one shape on a device ("cpu" or "cuda")."""
+        base = self.cpu_dims if device == "cpu" else self.dims
+        return {**base, **shape}
+
+    def shapes_for(self, device: str) -> list[dict[str, int]]:
+        return [self.dims_for(device, s) for s in (self.cpu_shapes if device == "cpu" else self.shapes)]
+
+
+def _field_path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _defined_functions(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def load_task(path: str | Path) -> Task:
+    """Load and validate one task file; raise TaskError with a one-line message."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise TaskError(f"{path}: cannot read task file ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise TaskError(f"{path}:{where} not valid YAML") from None
+    if not isinstance(raw, dict):
+        raise TaskError(f"{path}: a task file must be a mapping of keys")
+    try:
+        task = Task.model_validate({**raw, "path": path})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = _field_path(err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "literal_error":
+            msg = f"{err.get('input')!r} is not allowed ({msg[msg.find('Input should be') + 16:]})"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        raise TaskError(f"{path}: {field}: {msg}") from None
+    if task.name != path.stem:
+        raise TaskError(f"{path}: name: {task.name!r} must match the file name {path.stem!r}")
+    ref = task.reference_path
+    if not ref.is_file():
+        raise TaskError(f"{path}: reference: file {ref} not found")
+    try:
+        functions = _defined_functions(ref)
+    except SyntaxError as exc:
+        raise TaskError(f"{path}: reference: {ref} line {exc.lineno}: syntax error") from None
+    for needed in (task.entry, "make_inputs"):
+        if needed not in functions:
+            raise TaskError(f"{path}: entry: {ref} does not define function {needed!r}")
+    return task
+
+
+def tasks_dir() -> Path:
+    """The task suite's directory: $AGENTLOOP_TASKS, else `tasks/` of this checkout."""
+    env = os.environ.get("AGENTLOOP_TASKS")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "tasks"
+
+
+def load_suite(directory: str | Path | None = None) -> dict[str, Task]:
+    """Every task file in the suite directory, by name."""
+    directory = Path(directory) if directory else tasks_dir()
+    return {t.name: t for t in (load_task(p) for p in sorted(directory.glob("*.yaml")))}
+
+
+def get_task(name: str, directory: str | Path | None = None) -> Task:
+    """One task by name; TaskError lists the valid names for an unknown one."""
+    directory = Path(directory) if directory else tasks_dir()
+    path = directory / f"{name}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in directory.glob("*.yaml"))
+        raise TaskError(f"unknown task {name!r}; known tasks: {', '.join(names)}")
+    return load_task(path)

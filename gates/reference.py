@@ -1,0 +1,48 @@
+"""Loading a task's trusted plain-PyTorch reference module and generating inputs with it."""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from gates.contract import Task
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16,
+          "int64": torch.int64, "int32": torch.int32, "int8": torch.int8, "bool": torch.bool}
+
+
+@cache
+def _load(path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"agentloop_reference_{abs(hash(path))}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def reference_module(task: Task) -> ModuleType:
+    return _load(str(task.reference_path.resolve()))
+
+
+def reference_fn(task: Task):
+    return getattr(reference_module(task), task.entry)
+
+
+def make_inputs(task: Task, dims: dict[str, int], dtype: str, seed: int, device: str) -> dict[str, Any]:
+    """The entry's keyword arguments for one shape: tensors from the reference's generator,
+    scalars from the task file."""
+    gen = torch.Generator().manual_seed(seed)
+    tensors = reference_module(task).make_inputs(dims, DTYPES[dtype], gen, device)
+    kwargs: dict[str, Any] = {}
+    for arg in task.args:
+        kwargs[arg.name] = arg.value if arg.kind == "scalar" else tensors[arg.name]
+    return kwargs
+
+
+def as_outputs(result: Any) -> tuple:
+    """A candidate's or reference's return value as a tuple of outputs."""
+    return tuple(result) if isinstance(result, (tuple, list)) else (result,)
