@@ -1,0 +1,187 @@
+"""The results database of a run (`DIR/results.sqlite`): every candidate, gate verdict, timing,
+LLM exchange, the evaluation cache, and the final result of each (cell, task).
+
+One writer at a time (the campaign runner's thread holds a lock); WAL mode so reports can read
+while a campaign writes. Every write commits at once, so a killed run loses nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS candidates (
+    id INTEGER PRIMARY KEY,
+    cell TEXT NOT NULL,              -- "style/mode/provider"
+    task TEXT NOT NULL,
+    style TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    parent INTEGER,                  -- candidates.id this one was derived from
+    hash TEXT NOT NULL,              -- sha256 of the code
+    code TEXT,                       -- NULL when the answer held no code
+    status TEXT NOT NULL,            -- accepted | rejected
+    rejected_by TEXT,                -- the stage that rejected it (compile, static, dynamic, ...)
+    rule TEXT,                       -- the first error finding's rule id, if any
+    correct INTEGER,
+    bi_static INTEGER,
+    bi_dynamic INTEGER,
+    speedup REAL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS candidates_cell ON candidates(cell, task);
+CREATE TABLE IF NOT EXISTS gate_results (
+    candidate_id INTEGER NOT NULL REFERENCES candidates(id),
+    gate TEXT NOT NULL,
+    passed INTEGER NOT NULL,
+    enforced INTEGER NOT NULL,       -- 0 when the gate only observed (baseline mode)
+    seconds REAL NOT NULL,
+    findings TEXT NOT NULL,          -- JSON list of gates.verdict.Finding
+    counterexample TEXT,             -- JSON gates.verdict.Counterexample
+    error TEXT
+);
+CREATE TABLE IF NOT EXISTS timings (
+    candidate_id INTEGER NOT NULL REFERENCES candidates(id),
+    shape TEXT NOT NULL,             -- JSON dims
+    candidate_median REAL,
+    reference_median REAL,
+    speedup REAL
+);
+CREATE TABLE IF NOT EXISTS evaluations (   -- the evaluation cache
+    key TEXT PRIMARY KEY,            -- hash of (code hash, task, device, settings)
+    hash TEXT NOT NULL,
+    task TEXT NOT NULL,
+    device TEXT NOT NULL,
+    result TEXT NOT NULL,            -- JSON of the evaluation
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS exchanges (
+    id INTEGER PRIMARY KEY,
+    cell TEXT NOT NULL,
+    task TEXT NOT NULL,
+    role TEXT NOT NULL,              -- coder, planner, reviewer, ...
+    request_hash TEXT NOT NULL,
+    request TEXT NOT NULL,           -- JSON list of messages
+    response TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    latency_s REAL NOT NULL,
+    cost_usd REAL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS exchanges_request ON exchanges(cell, task, request_hash);
+CREATE TABLE IF NOT EXISTS task_results (
+    cell TEXT NOT NULL,
+    task TEXT NOT NULL,
+    style TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    final_candidate INTEGER,         -- candidates.id of the final kernel; NULL: none was correct
+    correct INTEGER NOT NULL,
+    bi_pass INTEGER NOT NULL,        -- independent dynamic audit of the final kernel
+    speedup REAL,                    -- geomean speedup of the final kernel; NULL when none
+    llm_calls INTEGER NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    wall_s REAL NOT NULL,
+    finished_at REAL NOT NULL,
+    PRIMARY KEY (cell, task)
+);
+"""
+
+
+class Store:
+    """Thread-safe access to one run's results database."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _insert(self, table: str, row: dict[str, Any]) -> int:
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()]
+        with self._lock:
+            cur = self._db.execute(f"INSERT OR REPLACE INTO {table} ({cols}) VALUES ({marks})", values)
+            return int(cur.lastrowid)
+
+    def query(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self._db.execute(sql, params).fetchall()]
+
+    # Writers ------------------------------------------------------------------------------
+    def add_candidate(self, **row: Any) -> int:
+        row.setdefault("created_at", time.time())
+        return self._insert("candidates", row)
+
+    def add_gate_result(self, candidate_id: int, gate: str, passed: bool, enforced: bool, seconds: float,
+                        findings: list[dict], counterexample: dict | None = None,
+                        error: str | None = None) -> None:
+        self._insert("gate_results", {
+            "candidate_id": candidate_id, "gate": gate, "passed": int(passed), "enforced": int(enforced),
+            "seconds": seconds, "findings": findings,
+            "counterexample": json.dumps(counterexample) if counterexample else None, "error": error})
+
+    def add_timing(self, candidate_id: int, shape: dict, candidate_median: float | None,
+                   reference_median: float | None, speedup: float | None) -> None:
+        self._insert("timings", {"candidate_id": candidate_id, "shape": shape,
+                                 "candidate_median": candidate_median,
+                                 "reference_median": reference_median, "speedup": speedup})
+
+    def add_exchange(self, **row: Any) -> int:
+        row.setdefault("created_at", time.time())
+        return self._insert("exchanges", row)
+
+    def finish_task(self, **row: Any) -> None:
+        row.setdefault("finished_at", time.time())
+        self._insert("task_results", row)
+
+    # Evaluation cache ---------------------------------------------------------------------
+    def cached_evaluation(self, key: str) -> dict | None:
+        rows = self.query("SELECT result FROM evaluations WHERE key = ?", key)
+        return json.loads(rows[0]["result"]) if rows else None
+
+    def cache_evaluation(self, key: str, code_hash: str, task: str, device: str, result: dict) -> None:
+        self._insert("evaluations", {"key": key, "hash": code_hash, "task": task, "device": device,
+                                     "result": json.dumps(result), "created_at": time.time()})
+
+    # Readers ------------------------------------------------------------------------------
+    def task_results(self, cell: str | None = None) -> list[dict[str, Any]]:
+        if cell is None:
+            return self.query("SELECT * FROM task_results ORDER BY cell, task")
+        return self.query("SELECT * FROM task_results WHERE cell = ? ORDER BY task", cell)
+
+    def finished(self, cell: str, task: str) -> bool:
+        return bool(self.query("SELECT 1 FROM task_results WHERE cell = ? AND task = ?", cell, task))
+
+    def candidates(self, cell: str | None = None, task: str | None = None) -> list[dict[str, Any]]:
+        sql, params = "SELECT * FROM candidates WHERE 1=1", []
+        if cell is not None:
+            sql, params = sql + " AND cell = ?", [*params, cell]
+        if task is not None:
+            sql, params = sql + " AND task = ?", [*params, task]
+        return self.query(sql + " ORDER BY id", *params)
+
+    def gate_results(self, candidate_id: int) -> list[dict[str, Any]]:
+        rows = self.query("SELECT * FROM gate_results WHERE candidate_id = ?", candidate_id)
+        for r in rows:
+            r["findings"] = json.loads(r["findings"])
+            r["counterexample"] = json.loads(r["counterexample"]) if r["counterexample"] else None
+        return rows
