@@ -1,0 +1,128 @@
+"""`exchange:DIR`: a person or an external agent plays the LLM through files.
+
+For each request the provider writes `DIR/<n>.request.json` (n = 1, 2, ...) and polls for
+`DIR/<n>.response.json` until a timeout. See README.md in this folder for the file format.
+A request identical (messages and seed) to one already in DIR is not written again: its
+response is read, or awaited, so a resumed run never asks twice. One process per DIR.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections import defaultdict, deque
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentloop.providers.base import (
+    Completion,
+    Message,
+    Provider,
+    ProviderError,
+    ProviderOptions,
+    one_line,
+    request_hash,
+)
+
+_NUMBERED = re.compile(r"^(\d+)\.(request|response)\.json$")
+
+
+class ExchangeOptions(ProviderOptions):
+    timeout_s: float = Field(default=3600.0, gt=0)
+    """How long to wait for a response file."""
+    poll_s: float = Field(default=0.25, gt=0)
+    """How often to look for it."""
+
+
+class ExchangeResponse(BaseModel):
+    """What `<n>.response.json` holds; only `text` is required."""
+
+    model_config = ConfigDict(extra="ignore")
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model: str | None = None
+    """Who answered, for the record (a model name, a person)."""
+
+
+def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+    # Readers must never see half a file: write aside, then rename into place.
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class ExchangeProvider(Provider):
+    """Requests and responses as JSON files in a directory."""
+
+    name = "exchange"
+    Options = ExchangeOptions
+
+    def __init__(self, model: str = "", **options: Any):
+        if not model:
+            raise ProviderError("exchange needs a directory: exchange:<dir>")
+        super().__init__(model, **options)
+        self.dir = Path(model)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, int | None], deque[int]] = defaultdict(deque)
+        self._next = 1
+        numbered = sorted((int(m[1]), m[2], p) for p in self.dir.iterdir() if (m := _NUMBERED.match(p.name)))
+        for n, kind, path in numbered:
+            self._next = max(self._next, n + 1)  # a stray response file is never taken for a new request
+            if kind != "request":
+                continue
+            try:
+                old = json.loads(path.read_text(encoding="utf-8"))
+                self._pending[(old["request_hash"], old.get("seed"))].append(n)
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+
+    def request_path(self, n: int) -> Path:
+        return self.dir / f"{n}.request.json"
+
+    def response_path(self, n: int) -> Path:
+        return self.dir / f"{n}.response.json"
+
+    def _ask(self, messages: list[Message], seed: int | None) -> int:
+        """The number of the request file for this request, writing it when it is new."""
+        digest = request_hash(messages)
+        with self._lock:
+            queue = self._pending.get((digest, seed))
+            if queue:
+                return queue.popleft()
+            n = self._next
+            self._next += 1
+        _write_atomic(self.request_path(n), {
+            "n": n, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "seed": seed,
+            "request_hash": digest, "respond_with": self.response_path(n).name,
+            "messages": [m.model_dump() for m in messages]})
+        return n
+
+    def complete(self, messages: list[Message], *, seed: int | None = None) -> Completion:
+        start = time.perf_counter()
+        n = self._ask(messages, seed)
+        path = self.response_path(n)
+        deadline = time.monotonic() + self.options.timeout_s
+        problem = "no file"
+        while True:
+            if path.is_file():
+                try:
+                    answer = ExchangeResponse.model_validate_json(path.read_text(encoding="utf-8"))
+                    break
+                except (OSError, ValidationError) as exc:
+                    # Possibly a writer that did not rename into place: wait for the rest.
+                    problem = f"unreadable: {one_line(exc, 120)}"
+            if time.monotonic() >= deadline:
+                raise ProviderError(f"{self.spec}: no answer in {path} after {self.options.timeout_s:g} s "
+                                    f"({problem}); write {{\"text\": \"...\"}} there")
+            time.sleep(self.options.poll_s)
+        return Completion(text=answer.text, input_tokens=answer.input_tokens,
+                          output_tokens=answer.output_tokens, latency_s=time.perf_counter() - start,
+                          model=answer.model or str(self.dir), provider=self.name, cost_usd=0.0)

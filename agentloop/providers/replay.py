@@ -1,0 +1,240 @@
+"""Offline providers: `replay` answers from a task's candidate corpus; `replay:RUN_DIR` replays a run.
+
+`replay` plays an LLM that knows a handful of kernels, the corpus files
+`<tasks dir>/<task>/candidates/*.py`. Like an LLM it sees only the conversation and those
+sources; it never reads the corpus manifest (the labels). What it reads in the conversation:
+
+- the task: a line `task: <name>` in the prompt (any system or user message; by convention the
+  first user message). Prompt templates must include it.
+- what it already proposed or was shown: a corpus source that appears in any message is not
+  proposed again while others are left.
+- feedback: every user message after its first answer, plus, in any message, the text after a
+  heading or label line containing "Feedback" or "Guidance" (`## Feedback`, `BI guidance:`).
+  Where that text names a batch-invariance hazard (atomics, autotune, heuristics, split
+  reductions, vendor matmuls, batch-wide values, padded lengths) it prefers sources that do not
+  show it; where it speaks of batch invariance in general ("bitwise", "invariant", "BI001"...) it
+  prefers sources that show fewer hazards. The prose claims only what the chosen source shows.
+  Ties are broken by a generator seeded by the seed and the conversation, so one conversation
+  and seed always get one answer.
+
+Its answer is prose and one fenced ```python block holding a corpus source verbatim. It reports
+zero tokens and zero cost.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import random
+import re
+import threading
+import time
+from collections import defaultdict, deque
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from agentloop.providers.base import (
+    Completion,
+    Message,
+    Provider,
+    ProviderError,
+    ProviderOptions,
+    request_hash,
+)
+from agentloop.providers.record import read_exchanges
+
+_TASK_LINE = re.compile(r"^[ \t>*_-]*task[*_]*[ \t]*:[ \t]*`?([A-Za-z0-9_.-]+)`?[ \t]*$",
+                        re.MULTILINE | re.IGNORECASE)
+# A heading with the word, or a line whose first few words end in it ("Feedback:", "BI guidance").
+_FEEDBACK_HEAD = re.compile(
+    r"^[ \t]*(?:#+[^\n]*|[*_]*(?:[\w-]+[ \t]+){0,3}?)\b(?:feedback|guidance)\b[^\n]*$", re.MULTILINE | re.I)
+# Bare "batch" is not a cue: performance feedback speaks of batch sizes too.
+_GENERAL_BI = re.compile(r"bitwise|invarian|\bBI\d{3}\b|determinis|batch[- ]dependen|depends on the batch"
+                         r"|differs? (?:between|across|with) (?:the )?batch", re.IGNORECASE)
+_BATCH_NAMES = r"(?:T|M|B|N_ROWS|n_rows|num_tokens|num_seqs|batch|batch_size|bs|x\.shape\[0\])"
+
+
+class Hazard(NamedTuple):
+    """A batch-invariance hazard: how feedback names it and how a source shows it."""
+
+    name: str
+    cue: re.Pattern[str]
+    sign: re.Pattern[str]
+    avoided: str
+    """Prose for a source that does not show it."""
+
+
+def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return re.compile(pattern, flags | re.MULTILINE)
+
+
+HAZARDS = [
+    Hazard("atomics", _re(r"atomic", re.I), _re(r"\btl\.atomic_\w+|\.atomic_\w+\("),
+           "accumulates without atomics"),
+    Hazard("autotune", _re(r"autotun", re.I), _re(r"@triton\.autotune"), "is not autotuned"),
+    Hazard("heuristics", _re(r"heuristic", re.I), _re(r"@triton\.heuristics"),
+           "uses no @triton.heuristics"),
+    Hazard("split", _re(r"split|partial sum|reduction order", re.I),
+           _re(rf"\b(?:SPLIT\w*|split_k|split_kv|num_splits|NUM_SPLITS|n_splits?)\b"
+               rf"|\b(?:if|while)\b[^\n]*\b{_BATCH_NAMES}\b\s*(?:[<>]=?|==|!=|\*|//|%)"),
+           "keeps one reduction order and tiling whatever the batch size"),
+    Hazard("vendor_op", _re(r"cublas|vendor|torch\.(?:matmul|mm|bmm)", re.I),
+           _re(r"torch\.(?:matmul|mm|bmm|addmm|baddbmm|einsum)\(|\bF\.linear\(|functional\.linear\("
+               r"|[\w)\]]\s@\s[\w(]"),
+           "calls no vendor matmul"),
+    Hazard("batch_global", _re(r"whole batch|batch-wide|other rows|across rows|across the batch", re.I),
+           _re(r"\.(?:amax|max|min|sum|mean|norm)\(\s*\)"), "computes nothing over the whole batch"),
+    Hazard("padded_length", _re(r"padded|seq_lens", re.I),
+           _re(r"range\([^)\n]*\b(?:L|max_len|max_seq_len|padded_len)\b"),
+           "bounds its loops by each sequence's own length"),
+]
+
+
+def find_task(messages: list[Message]) -> str:
+    """The task named by a `task: <name>` line of the prompt."""
+    for m in messages:
+        if m.role != "assistant":
+            found = _TASK_LINE.search(m.content)
+            if found:
+                return found.group(1)
+    raise ProviderError("replay: the prompt has no line 'task: <name>'; "
+                        "the prompt template must name the task")
+
+
+def feedback_text(messages: list[Message]) -> str:
+    """What replay reads as feedback and guidance (see the module docstring)."""
+    parts: list[str] = []
+    answered = False
+    for m in messages:
+        if m.role == "assistant":
+            answered = True
+        elif answered and m.role == "user":
+            parts.append(m.content)
+        else:
+            head = _FEEDBACK_HEAD.search(m.content)
+            if head:
+                parts.append(m.content[head.start():])
+    return "\n".join(parts)
+
+
+def _normal(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).strip()
+
+
+def _describe(source: str) -> str:
+    """One sentence on what a source defines, when it parses."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    kernels = [f.name for f in funcs if any("jit" in ast.unparse(d) for d in f.decorator_list)]
+    hosts = [f.name for f in funcs if f.name not in kernels and not f.name.startswith("_")]
+    if not hosts:
+        return ""
+    if not kernels:
+        return f" `{hosts[-1]}` is written in plain PyTorch."
+    names = ", ".join(f"`{k}`" for k in kernels)
+    return f" `{hosts[-1]}` launches {len(kernels)} Triton kernel{'s' * (len(kernels) > 1)} ({names})."
+
+
+class ReplayOptions(ProviderOptions):
+    tasks_dir: str | None = None
+    """Where `<task>/candidates/*.py` live; default the suite's tasks directory."""
+
+
+class ReplayProvider(Provider):
+    """`replay`: an offline LLM that proposes corpus candidates (see the module docstring)."""
+
+    name = "replay"
+    Options = ReplayOptions
+
+    def candidates(self, task: str) -> dict[str, str]:
+        """The corpus sources of a task by file name: `*.py` only, never the manifest."""
+        from gates.contract import tasks_dir
+
+        root = Path(self.options.tasks_dir) if self.options.tasks_dir else tasks_dir()
+        directory = root / task / "candidates"
+        files = sorted(directory.glob("*.py"))
+        if not files:
+            raise ProviderError(f"replay: no candidate sources for task {task!r} in {directory}")
+        return {p.name: p.read_text(encoding="utf-8") for p in files}
+
+    def choose(self, messages: list[Message], seed: int | None) -> tuple[str, str]:
+        """(prose, source) of the answer to a conversation."""
+        task = find_task(messages)
+        sources = self.candidates(task)
+        conversation = "\n".join(_normal(m.content) for m in messages)
+        seen = {f for f, src in sources.items() if _normal(src) in conversation}
+        unseen = [f for f in sources if f not in seen] or list(sources)
+        feedback = feedback_text(messages)
+        named = {h.name for h in HAZARDS if h.cue.search(feedback)}
+        general = bool(_GENERAL_BI.search(feedback))
+
+        def shows(src: str) -> set[str]:
+            return {h.name for h in HAZARDS if h.sign.search(src)}
+
+        def penalty(f: str) -> int:
+            signs = shows(sources[f])
+            return 2 * len(signs & named) + (len(signs) if general else 0)
+
+        best = min(penalty(f) for f in unseen)
+        digest = hashlib.sha256(f"{seed or 0}|{task}|{request_hash(messages)}".encode()).hexdigest()
+        chosen = random.Random(int(digest[:16], 16)).choice([f for f in unseen if penalty(f) == best])
+        source = sources[chosen]
+
+        answered = any(m.role == "assistant" for m in messages)
+        prose = (f"Thanks for the feedback. Here is a revised kernel for `{task}`." if answered
+                 else f"Here is a kernel for `{task}`.")
+        prose += _describe(source)
+        # Claims in the prose cover the hazards named, or in general terms those shown so far.
+        worried = named | (set().union(*(shows(sources[f]) for f in seen)) if general else set())
+        avoided = [h.avoided for h in HAZARDS if h.name in worried and h.name not in shows(source)]
+        if avoided and best == 0:
+            prose += " This version " + "; it ".join(avoided) + "."
+        return prose, source
+
+    def complete(self, messages: list[Message], *, seed: int | None = None) -> Completion:
+        start = time.perf_counter()
+        prose, source = self.choose(messages, seed)
+        text = f"{prose}\n\n```python\n{source.rstrip()}\n```\n"
+        return Completion(text=text, latency_s=time.perf_counter() - start, model="corpus",
+                          provider=self.name, cost_usd=0.0)
+
+
+class RunReplayProvider(Provider):
+    """`replay:RUN_DIR`: the answers recorded in RUN_DIR/exchanges.jsonl, exactly.
+
+    A request is matched by its content hash (the messages, not the seed); identical requests
+    get the recorded answers in record order. A request the record does not hold is an error.
+    """
+
+    name = "replay"
+
+    def __init__(self, model: str = "", **options: Any):
+        super().__init__(model, **options)
+        self._answers: dict[str, deque[str]] = defaultdict(deque)
+        for rec in read_exchanges(model):
+            if rec.text is not None:
+                self._answers[rec.request_hash].append(rec.text)
+        self._lock = threading.Lock()
+
+    def complete(self, messages: list[Message], *, seed: int | None = None) -> Completion:
+        start = time.perf_counter()
+        digest = request_hash(messages)
+        with self._lock:
+            queue = self._answers.get(digest)
+            if not queue:
+                used = "all its recorded answers were used" if queue is not None else "never recorded"
+                raise ProviderError(f"{self.spec}: request {digest[:12]} is not in the record ({used}); "
+                                    "this run asked what the recorded run did not")
+            text = queue.popleft()
+        return Completion(text=text, latency_s=time.perf_counter() - start, model=self.model,
+                          provider=self.name, cost_usd=0.0)
+
+
+def replay_provider(model: str = "", **options: Any) -> Provider:
+    """`replay` (or `replay:corpus`) answers from the corpus; `replay:RUN_DIR` replays a run."""
+    if model in ("", "corpus"):
+        return ReplayProvider("", **options)
+    return RunReplayProvider(model, **options)

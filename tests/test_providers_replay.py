@@ -1,0 +1,189 @@
+"""`replay` (answers from a fixture corpus, reading the conversation and never the manifest) and
+`replay:RUN_DIR` (exact replay of a recorded run), plus the recorder's resume behaviour."""
+
+from __future__ import annotations
+
+import builtins
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from agentloop.extract import extract_code
+from agentloop.providers import ExchangeRecorder, Message, ProviderError, get_provider, read_exchanges
+
+TASKS = Path(__file__).parent / "fixtures" / "providers" / "tasks"
+CORPUS = {p.name: p.read_text() for p in (TASKS / "rms_norm" / "candidates").glob("*.py")}
+PROMPT = "Write a fast Triton kernel.\n\ntask: rms_norm\n\nThe entry function is rms_norm(x, weight, eps)."
+
+
+def _replay():
+    return get_provider("replay", tasks_dir=str(TASKS))
+
+
+def _which(text: str) -> str:
+    """The corpus file whose source the answer carries (the answer must carry exactly one)."""
+    code = extract_code(text, "rms_norm")
+    assert code is not None, text
+    names = [name for name, src in CORPUS.items() if src.strip() == code.strip()]
+    assert len(names) == 1, text
+    return names[0]
+
+
+def _conversation(*turns: str) -> list[Message]:
+    """A user prompt, then alternating assistant answers and user feedback."""
+    roles = ["user", "assistant"]
+    return [Message(role=roles[i % 2], content=t) for i, t in enumerate((PROMPT, *turns))]
+
+
+def test_answer_is_prose_and_one_corpus_source():
+    completion = _replay().complete(_conversation(), seed=0)
+    assert completion.text.startswith("Here is a kernel for `rms_norm`.")
+    assert completion.text.count("```python") == 1
+    _which(completion.text)
+    assert (completion.provider, completion.input_tokens, completion.output_tokens) == ("replay", 0, 0)
+
+
+def test_deterministic_for_a_seed_and_the_seed_matters():
+    first = [_replay().complete(_conversation(), seed=s).text for s in range(16)]
+    again = [_replay().complete(_conversation(), seed=s).text for s in range(16)]
+    assert first == again
+    assert len({_which(t) for t in first}) > 1
+
+
+def test_never_opens_the_manifest(monkeypatch):
+    opened: list[str] = []
+    real_open, real_os_open = builtins.open, os.open
+
+    def spy_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    def spy_os_open(path, *args, **kwargs):
+        opened.append(str(path))
+        return real_os_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spy_open)
+    monkeypatch.setattr(io, "open", spy_open)
+    monkeypatch.setattr(os, "open", spy_os_open)
+    assert (TASKS / "rms_norm" / "candidates" / "manifest.yaml").is_file()  # there to be read, if it were
+    provider = _replay()
+    for seed in range(4):
+        provider.complete(_conversation(), seed=seed)
+    assert any(p.endswith(".py") for p in opened), "the spy saw no reads at all"
+    assert not [p for p in opened if "manifest" in p]
+
+
+def test_does_not_repropose_what_the_conversation_holds():
+    provider, turns, chosen = _replay(), [], []
+    for i in range(len(CORPUS)):
+        answer = provider.complete(_conversation(*turns), seed=7).text
+        chosen.append(_which(answer))
+        turns += [answer, f"Candidate {i} ran correctly but slowly. Try something else."]
+    assert sorted(chosen) == sorted(CORPUS)
+    # With every source already in the conversation it still answers.
+    _which(provider.complete(_conversation(*turns), seed=7).text)
+
+
+def test_sources_shown_in_the_prompt_are_not_proposed():
+    shown = "Earlier attempts:\n```python\n" + CORPUS["row_per_program.py"] + "```\n"
+    messages = [Message(role="user", content=PROMPT + "\n\n" + shown)]
+    assert {_which(_replay().complete(messages, seed=s).text) for s in range(12)} <= set(CORPUS) - {
+        "row_per_program.py"}
+
+
+def test_batch_invariance_feedback_steers_away_from_the_named_mechanism():
+    answer = "Here it is.\n```python\n" + CORPUS["split_row_small_batch.py"] + "```"
+    feedback = ("Rejected by the dynamic gate (BI002): row 3 is not bitwise identical between batch size 1 "
+                "and batch size 64. The row reduction is split differently for small batches.")
+    picks = {s: _replay().complete(_conversation(answer, feedback), seed=s).text for s in range(10)}
+    # The only fixture source showing none of the hazards.
+    assert {_which(t) for t in picks.values()} == {"row_per_program.py"}
+    assert "revised" in picks[0] and "whatever the batch size" in picks[0]
+
+
+def test_guidance_heading_is_read_and_names_one_hazard():
+    guided = PROMPT + "\n\n## Guidance\nDo not accumulate partial sums with atomics.\n"
+    picks = {_which(_replay().complete([Message(role="user", content=guided)], seed=s).text)
+             for s in range(16)}
+    assert "atomic_sumsq.py" not in picks and len(picks) > 1
+    plain = {_which(_replay().complete(_conversation(), seed=s).text) for s in range(16)}
+    assert "atomic_sumsq.py" in plain  # without the guidance it is a candidate like any other
+
+
+def test_prompt_without_task_line_is_a_one_line_error():
+    with pytest.raises(ProviderError, match="task: <name>") as info:
+        _replay().complete([Message(role="user", content="Write a kernel.")])
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_task_names_the_directory():
+    with pytest.raises(ProviderError, match="no candidate sources for task 'nope'"):
+        _replay().complete([Message(role="user", content="task: nope")])
+
+
+# replay:RUN_DIR --------------------------------------------------------------------------------
+
+def _record_run(run_dir: Path) -> list[tuple[list[Message], int, str]]:
+    """A small recorded run: three exchanges, two of them the same request with other seeds."""
+    provider = ExchangeRecorder(run_dir).wrap(_replay(), task="rms_norm")
+    calls = []
+    for messages, seed in [(_conversation(), 0), (_conversation(), 1), (_conversation("x", "slow"), 2)]:
+        calls.append((messages, seed, provider.complete(messages, seed=seed).text))
+    return calls
+
+
+def test_run_replay_is_exact_and_in_order(tmp_path):
+    calls = _record_run(tmp_path / "run")
+    assert len(read_exchanges(tmp_path / "run")) == 3
+    replay = get_provider(f"replay:{tmp_path / 'run'}")
+    # Seeds are not part of the match: identical requests get the recorded answers in order.
+    for messages, _, text in calls:
+        assert replay.complete(messages, seed=99).text == text
+    with pytest.raises(ProviderError, match="all its recorded answers were used"):
+        replay.complete(calls[0][0])
+    with pytest.raises(ProviderError, match="never recorded") as info:
+        replay.complete(_conversation("y", "unheard of"))
+    assert "\n" not in str(info.value)
+
+
+def test_run_replay_needs_a_record(tmp_path):
+    with pytest.raises(ProviderError, match="no exchange record"):
+        get_provider(f"replay:{tmp_path}")
+
+
+class _MustNotBeCalled:
+    name, model, spec = "replay", "", "replay"
+
+    def complete(self, messages, *, seed=None):
+        raise AssertionError("the recorded answer should have been reused")
+
+
+def test_recorder_reuse_answers_a_resumed_run_from_the_record(tmp_path):
+    calls = _record_run(tmp_path / "run")
+    recorder = ExchangeRecorder(tmp_path / "run")
+    resumed = recorder.wrap(_MustNotBeCalled(), reuse=True)
+    for messages, seed, text in calls:
+        assert resumed.complete(messages, seed=seed).text == text
+    fresh = recorder.wrap(_replay(), reuse=True)
+    fresh.complete(_conversation(), seed=5)  # a new request reaches the provider and is recorded
+    records = read_exchanges(tmp_path / "run")
+    assert [r.n for r in records] == [0, 1, 2, 3] and records[3].seed == 5
+
+
+def test_a_line_cut_short_by_a_kill_is_skipped(tmp_path):
+    _record_run(tmp_path / "run")
+    path = tmp_path / "run" / "exchanges.jsonl"
+    path.write_text(path.read_text() + '{"n": 3, "time": "2')
+    assert len(read_exchanges(tmp_path / "run")) == 3
+    ExchangeRecorder(tmp_path / "run").wrap(_replay()).complete(_conversation(), seed=4)
+    records = read_exchanges(tmp_path / "run")
+    assert [r.n for r in records] == [0, 1, 2, 3]
+
+
+def test_performance_feedback_about_batch_sizes_does_not_steer():
+    answer = "Here it is.\n```python\n" + CORPUS["row_per_program.py"] + "```"
+    feedback = "Correct. Speedup 0.8x at batch size 256 and 1.1x at batch size 1; make it faster."
+    picks = {_which(_replay().complete(_conversation(answer, feedback), seed=s).text) for s in range(16)}
+    assert picks == set(CORPUS) - {"row_per_program.py"}
