@@ -1,0 +1,80 @@
+"""The static gate: contract-guided batch-invariance analysis of a candidate's source.
+
+`static_gate(source, task)` parses the candidate (never runs it), reads the structure of its
+`@triton.jit` kernels (kernels.py, kernel_reader.py, configs.py), follows the batch size of the
+task's batched inputs through the host code into launches, grids, autotune keys and branches
+(taint.py, control.py, tensors.py), and applies the rules (rules.py). A file that does not parse,
+or lacks the entry function, gives a failed result with a BI000 error finding and `error` set; an
+entry the analysis cannot follow gives a BI000 warning. The gate never raises on candidate input.
+"""
+
+from __future__ import annotations
+
+import ast
+import time
+
+from gates.contract import Task
+from gates.static.kernel_reader import read_kernel, read_kernel_aliases
+from gates.static.kernels import KernelInfo, is_jit
+from gates.static.rules import RULES, Analysis, run_rules
+from gates.static.taint import read_host
+from gates.verdict import Finding, GateResult
+
+__all__ = ["RULES", "analyse", "static_gate"]
+
+
+def _module_defs(tree: ast.Module) -> dict[str, ast.AST]:
+    """Top-level names a constant evaluator may follow: functions, classes and assigned values."""
+    defs: dict[str, ast.AST] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+            defs[stmt.name] = stmt
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+                and isinstance(stmt.targets[0], ast.Name):
+            defs[stmt.targets[0].id] = stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+            defs[stmt.target.id] = stmt.value
+    return defs
+
+
+def analyse(tree: ast.Module, task: Task) -> Analysis:
+    """Kernel structure and host facts of a parsed candidate."""
+    defs = _module_defs(tree)
+    consts = {name: node.value for name, node in defs.items() if isinstance(node, ast.Constant)}
+    jit = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef) and is_jit(s)}
+    kernels: dict[str, KernelInfo] = {name: read_kernel(fn, jit, consts, defs) for name, fn in jit.items()}
+    kernels.update(read_kernel_aliases(tree, kernels, defs, jit, consts))
+    return Analysis(task=task, kernels=kernels, host=read_host(tree, task, kernels))
+
+
+def _unusable(message: str, line: int | None, hint: str, start: float) -> GateResult:
+    finding = Finding(rule="BI000", severity="error", line=line, message=message, hint=hint)
+    return GateResult(gate="static", passed=False, seconds=time.perf_counter() - start,
+                      findings=[finding], error=message)
+
+
+def static_gate(source: str, task: Task, filename: str = "candidate.py") -> GateResult:
+    """Run the static gate on one candidate's source; passed means no error finding."""
+    start = time.perf_counter()
+    try:
+        tree = ast.parse(source, filename=filename)
+    except SyntaxError as exc:
+        return _unusable(f"{filename} line {exc.lineno}: syntax error ({exc.msg})", exc.lineno,
+                         "Fix the syntax so the file parses as Python.", start)
+    try:
+        analysis = analyse(tree, task)
+    except RecursionError:
+        return _unusable(f"{filename}: too deeply nested to analyse", None,
+                         "Flatten the nesting of expressions and helper calls.", start)
+    if not analysis.host.entry_found:
+        return _unusable(f"{filename}: no function named {task.entry!r}", None,
+                         f"Define `def {task.entry}(...)` with the parameters of the reference.", start)
+    findings = run_rules(analysis)
+    if not analysis.host.entry_followed:
+        findings.insert(0, Finding(
+            rule="BI000", severity="warning", line=None,
+            message=f"`{task.entry}` is not a function the static gate can follow; only the kernels' "
+                    f"atomics were checked",
+            hint=f"Define `def {task.entry}(...)` in the file so its host code can be checked."))
+    passed = not any(f.severity == "error" for f in findings)
+    return GateResult(gate="static", passed=passed, seconds=time.perf_counter() - start, findings=findings)
