@@ -57,6 +57,10 @@ class CorpusEntry(BaseModel):
     note: str = ""
     gpu: Measured | None = None
     cpu: Measured | None = None
+    disputed: str | None = None
+    """Why the GPU measurement, which contradicts `expected`, is not conclusive (e.g. the sweep
+    missed the inputs that expose the mechanism). Such entries are reported apart from the
+    gates' confusion matrices until a better measurement settles them."""
 
     @property
     def measured_gpu_label(self) -> Label:

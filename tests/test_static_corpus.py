@@ -7,7 +7,8 @@ from gates.static import static_gate
 
 
 def corpus_confusion() -> dict[str, dict[str, list[str]]]:
-    """{label: {"flagged": [...], "passed": [...]}} over every manifest entry of the suite."""
+    """{label: {"flagged": [...], "passed": [...]}} over every manifest entry of the suite;
+    entries whose GPU measurement is disputed go under "disputed"."""
     matrix: dict[str, dict[str, list[str]]] = {}
     for task in load_suite().values():
         if not manifest_path(task).is_file():
@@ -16,7 +17,8 @@ def corpus_confusion() -> dict[str, dict[str, list[str]]]:
             path = task.candidates_dir / entry.file
             result = static_gate(path.read_text(), task, str(path))
             flagged = any(f.severity == "error" for f in result.findings)
-            cell = matrix.setdefault(entry.measured_gpu_label, {"flagged": [], "passed": []})
+            label = "disputed" if entry.disputed else entry.measured_gpu_label
+            cell = matrix.setdefault(label, {"flagged": [], "passed": []})
             cell["flagged" if flagged else "passed"].append(f"{task.name}/{entry.file}")
     return matrix
 
@@ -31,3 +33,11 @@ def test_confusion_matrix_on_measured_gpu_labels():
     false_alarms = len(invariant["flagged"]) / n_inv
     assert caught >= 0.90, f"caught {caught:.0%} of variant; missed: {variant['passed']}"
     assert false_alarms <= 0.10, f"flagged {false_alarms:.0%} of invariant: {invariant['flagged']}"
+
+
+def test_only_contradicted_measurements_can_be_disputed():
+    for task in load_suite().values():
+        for entry in load_manifest(task).candidates:
+            if entry.disputed:
+                assert entry.gpu is not None and entry.gpu.label != entry.expected, entry.file
+                assert len(entry.disputed) > 20, entry.file
