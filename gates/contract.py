@@ -64,6 +64,9 @@ class BISettings(_Strict):
 
     cpu_batch_sizes: list[int] | None = None
     cuda_batch_sizes: list[int] | None = None
+    dtypes: list[RunDtype] | None = None
+    """Dtypes to check; default: float32 first, then the task's other dtypes (only the first
+    on CPU)."""
 
 
 class Task(_Strict):

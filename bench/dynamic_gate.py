@@ -1,0 +1,133 @@
+"""Time the dynamic BI gate on every corpus candidate and compare its verdict with the
+candidate's measured label (manifest `gpu` / `cpu` field for the device, else `expected`).
+
+    python bench/dynamic_gate.py [--device cpu|cuda] [--tasks a,b] [--runs 2] [--timeout S]
+                                 [--json OUT]
+
+Each candidate runs in a sandbox worker; the gate runs `--runs` times in the same worker and
+the last run's time is reported as the gate time excluding the first compile (Triton's JIT and
+autotuning happen in the first run). The static gate's verdict is shown beside it, and "both"
+is the verdict of static and dynamic together. Prints a table, per-task medians and the overall
+median; the target on GPU is a median of at most 2 s per candidate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from gates.audit import DEFAULT_TIMEOUT, default_device, static_result
+from gates.contract import TaskError, load_task, tasks_dir
+from gates.corpus import load_manifest, manifest_path
+from gates.sandbox import Job, Sandbox
+
+
+def measured_label(entry, device: str) -> tuple[str, str]:
+    measured = entry.gpu if device == "cuda" else entry.cpu
+    return (measured.label, device) if measured else (entry.expected, "expected")
+
+
+def verdict_text(result) -> str:
+    if result is None:
+        return "-"
+    if result.passed:
+        return "pass"
+    return "error" if result.error else "FAIL"
+
+
+def agreement(label: str, dynamic) -> str:
+    """Whether the dynamic gate's verdict matches the label (an invariant candidate must pass,
+    a variant one must give a counterexample); broken candidates have no BI label."""
+    if label == "broken":
+        return "n/a"
+    if label == "invariant":
+        return "yes" if dynamic is not None and dynamic.passed else "NO"
+    if dynamic is None or dynamic.error:
+        return "error"
+    return "yes" if dynamic.counterexample else "NO"
+
+
+def bench_candidate(box: Sandbox, task, path: Path, runs: int, timeout: float) -> dict:
+    times, result, error = [], None, None
+    for _ in range(runs):
+        job = Job("gates.dynamic:dynamic_job", {"candidate": str(path), "task": task, "device": box.device})
+        outcome = box.run(job, timeout)
+        times.append(outcome.seconds)  # inside the worker: no start-up or transfer
+        if not outcome.ok:
+            error = outcome.error
+            break
+        result = outcome.value
+        if result.error:
+            break  # a failing candidate fails the same way again
+    static = static_result(path.read_text(), task, path)
+    return {"result": result, "error": error, "static": static, "cold": times[0], "warm": times[-1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    parser.add_argument("--tasks", default="", help="comma-separated task names (default: all with a corpus)")
+    parser.add_argument("--runs", type=int, default=2, help="gate runs per candidate; the last is timed")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds per gate run (default: the audit's, 300 on CPU, 120 on CUDA)")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    args = parser.parse_args()
+    device = args.device or default_device()
+    timeout = args.timeout or DEFAULT_TIMEOUT[device]
+    names = args.tasks.split(",") if args.tasks else [p.stem for p in sorted(tasks_dir().glob("*.yaml"))]
+    rows = []
+    print(f"{'task':<22} {'candidate':<34} {'label':<18} {'static':<6} {'dynamic':<7} {'both':<6} "
+          f"{'agrees':<6} {'cold s':>7} {'warm s':>7}  detail", flush=True)
+    with Sandbox(device) as box:
+        for name in names:
+            try:
+                task = load_task(tasks_dir() / f"{name}.yaml")
+            except TaskError as exc:
+                print(f"skip {name}: {exc}", flush=True)
+                continue
+            if not manifest_path(task).is_file():
+                continue
+            for entry in load_manifest(task).candidates:
+                path = task.candidates_dir / entry.file
+                out = bench_candidate(box, task, path, args.runs, timeout)
+                label, source = measured_label(entry, device)
+                dyn, static = out["result"], out["static"]
+                both = "reject" if (dyn is None or not dyn.passed or not static.passed) else "accept"
+                cx = dyn.counterexample if dyn else None
+                detail = out["error"] or (dyn.error if dyn and dyn.error else "") or \
+                    (f"B={cx.batch_size} pos={cx.position} vs B={cx.reference_batch_size}: "
+                     f"{cx.context.split(':')[0]}" if cx else "")
+                row = {"task": name, "candidate": entry.file, "label": label, "label_source": source,
+                       "static": verdict_text(static), "dynamic": verdict_text(dyn) if dyn else "error",
+                       "both": both, "agrees": agreement(label, dyn), "cold_s": round(out["cold"], 3),
+                       "warm_s": round(out["warm"], 3), "detail": detail[:120]}
+                rows.append(row)
+                labelled = f"{label} ({source})"
+                print(f"{name:<22} {entry.file[:34]:<34} {labelled:<18} {row['static']:<6} "
+                      f"{row['dynamic']:<7} {both:<6} {row['agrees']:<6} {row['cold_s']:>7.2f} "
+                      f"{row['warm_s']:>7.2f}  {row['detail']}", flush=True)
+    if not rows:
+        sys.exit("no corpus candidates found")
+    print("\nper-task median of warm dynamic-gate seconds:")
+    for name in dict.fromkeys(r["task"] for r in rows):
+        warm = [r["warm_s"] for r in rows if r["task"] == name]
+        print(f"  {name:<22} {statistics.median(warm):6.2f} s over {len(warm)} candidates")
+    warm = [r["warm_s"] for r in rows]
+    checked = [r for r in rows if r["agrees"] != "n/a"]
+    print(f"overall median {statistics.median(warm):.2f} s, max {max(warm):.2f} s ({device}); "
+          f"dynamic verdict agrees with the label on {sum(r['agrees'] == 'yes' for r in checked)}"
+          f"/{len(checked)} labelled candidates")
+    invariant_rejected = [r for r in rows if r["label"] == "invariant" and r["both"] == "reject"]
+    variant_accepted = [r for r in rows if r["label"] == "variant" and r["both"] == "accept"]
+    print(f"static+dynamic: {len(variant_accepted)} variant accepted, "
+          f"{len(invariant_rejected)} invariant rejected")
+    if args.json:
+        args.json.write_text(json.dumps({"device": device, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

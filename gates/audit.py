@@ -1,0 +1,135 @@
+"""The gates' public API: audit one candidate file against one task and get a Verdict.
+
+The static gate reads the source in this process; every gate that runs candidate code
+(dynamic, correctness with anti-cheat) runs in a sandboxed worker process.
+"""
+
+from __future__ import annotations
+
+import ast
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gates.contract import Task
+from gates.feedback import render
+from gates.sandbox import CandidateError, Job, Sandbox
+from gates.verdict import Finding, GateResult, Verdict
+
+GATES = ("static", "dynamic", "correctness")
+JOBS = {"dynamic": "gates.dynamic:dynamic_job", "correctness": "gates.correctness:correctness_job"}
+DEFAULT_TIMEOUT = {"cpu": 300.0, "cuda": 120.0}
+"""Seconds one gate may run a candidate, by device (the CPU interpreter is slow)."""
+
+
+def default_device() -> str:
+    """cuda when a GPU is visible, else cpu."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _defines(tree: ast.Module, name: str) -> bool:
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return True
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return True
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            return True
+    return False
+
+
+def read_candidate(candidate: Path, task: Task) -> str:
+    """The candidate's source; CandidateError (one line) when the file is missing, does not
+    parse, or does not define the task's entry function."""
+    if not candidate.is_file():
+        raise CandidateError(f"{candidate}: candidate file not found")
+    try:
+        source = candidate.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CandidateError(f"{candidate}: cannot read candidate ({exc})") from None
+    try:
+        tree = ast.parse(source, filename=str(candidate))
+    except SyntaxError as exc:
+        raise CandidateError(f"{candidate}: line {exc.lineno}: syntax error: {exc.msg}") from None
+    if not _defines(tree, task.entry):
+        raise CandidateError(f"{candidate}: no entry function {task.entry!r} "
+                             f"(task {task.name} calls {task.entry}(...))")
+    return source
+
+
+def static_result(source: str, task: Task, candidate: Path) -> GateResult:
+    """The static gate's result, or a warning when it is not installed."""
+    start = time.perf_counter()
+    try:
+        from gates.static import static_gate
+    except ModuleNotFoundError as exc:
+        if exc.name != "gates.static":
+            raise
+        return GateResult(gate="static", passed=True, findings=[Finding(
+            rule="GATE", severity="warning", message="the static gate is not installed; not run")])
+    try:
+        return static_gate(source, task, filename=str(candidate))
+    except Exception as exc:  # noqa: BLE001 - a bug in the static gate must not pass silently
+        return GateResult(gate="static", passed=False, seconds=time.perf_counter() - start,
+                          error=f"static gate failed: {type(exc).__name__}: {exc}")
+
+
+def audit(candidate: str | Path, task: Task, gates: Sequence[str] | None = None, device: str | None = None,
+          timeout: float | None = None, sandbox: Sandbox | None = None) -> Verdict:
+    """Run the named gates (default all) on one candidate file and return the Verdict.
+
+    Raises CandidateError for a file that cannot be audited at all (missing, syntax error, no
+    entry function) and ValueError for an unknown gate. `sandbox` reuses a running worker (its
+    device wins); otherwise one is started for this call and stopped after it.
+    """
+    start = time.perf_counter()
+    candidate = Path(candidate)
+    wanted = list(gates) if gates else list(GATES)
+    unknown = [g for g in wanted if g not in GATES]
+    if unknown:
+        raise ValueError(f"unknown gate {unknown[0]!r}; gates are {', '.join(GATES)}")
+    source = read_candidate(candidate, task)
+    device = sandbox.device if sandbox else (device or default_device())
+    timeout = timeout or DEFAULT_TIMEOUT["cpu" if device == "cpu" else "cuda"]
+    own = None
+    if sandbox is None and any(g in JOBS for g in wanted):
+        own = sandbox = Sandbox(device)  # starts booting while the static gate runs
+    results = []
+    try:
+        for gate in (g for g in GATES if g in wanted):
+            if gate == "static":
+                results.append(static_result(source, task, candidate))
+                continue
+            job = Job(JOBS[gate], {"candidate": str(candidate.resolve()), "task": task,
+                                   "device": sandbox.device})
+            outcome = sandbox.run(job, timeout)
+            if outcome.ok and isinstance(outcome.value, GateResult):
+                results.append(outcome.value)
+            else:
+                results.append(GateResult(gate=gate, passed=False, seconds=outcome.seconds,
+                                          error=outcome.error or "the gate returned no result"))
+    finally:
+        if own:
+            own.close()
+    verdict = Verdict(task=task.name, candidate=str(candidate), seconds=time.perf_counter() - start,
+                      verdict="accept" if all(r.passed for r in results) else "reject", gates=results)
+    verdict.feedback = render(verdict, task, device)
+    return verdict
+
+
+def verdict_json(verdict: Verdict) -> dict[str, Any]:
+    """The verdict in the JSON shape of SPEC.md §3."""
+    gates = []
+    for g in verdict.gates:
+        entry: dict[str, Any] = {"gate": g.gate, "passed": g.passed, "seconds": round(g.seconds, 3),
+                                 "findings": [f.model_dump() for f in g.findings]}
+        if g.counterexample:
+            entry["counterexample"] = g.counterexample.model_dump()
+        if g.error:
+            entry["error"] = g.error
+        gates.append(entry)
+    return {"task": verdict.task, "candidate": verdict.candidate, "verdict": verdict.verdict,
+            "seconds": round(verdict.seconds, 3), "gates": gates}

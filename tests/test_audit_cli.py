@@ -1,0 +1,97 @@
+"""`agentloop audit` as SPEC.md §3 describes it: gates, --json shape, exit codes 0/1/2 and
+one-line messages for unusable input; and the audit() API with a reused sandbox."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentloop.cli import app
+from gates.audit import audit
+from gates.contract import get_task
+from gates.sandbox import Sandbox
+
+FIXTURES = Path(__file__).parent / "fixtures" / "rms_norm"
+GATE_KEYS = {"gate", "passed", "seconds", "findings"}
+COUNTEREXAMPLE_KEYS = {"output", "row", "batch_size", "position", "reference_batch_size", "max_abs_diff",
+                       "mismatched_elements"}
+FINDING_KEYS = {"rule", "severity", "line", "message", "hint"}
+
+
+def run(*args):
+    return CliRunner().invoke(app, ["audit", *map(str, args)])
+
+
+def test_accepted_candidate_json_shape_and_exit_0():
+    result = run(FIXTURES / "rows.py", "--task", "rms_norm", "--device", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert set(data) == {"task", "candidate", "verdict", "seconds", "gates"}
+    assert data["task"] == "rms_norm" and data["candidate"] == str(FIXTURES / "rows.py")
+    assert data["verdict"] == "accept" and isinstance(data["seconds"], float)
+    assert [g["gate"] for g in data["gates"]] == ["static", "dynamic", "correctness"]
+    for g in data["gates"]:
+        assert GATE_KEYS <= set(g) <= GATE_KEYS | {"counterexample", "error"}
+        assert g["passed"] is True and isinstance(g["seconds"], float)
+        for f in g["findings"]:
+            assert set(f) == FINDING_KEYS and f["severity"] in ("error", "warning")
+
+
+def test_variant_candidate_exit_1_with_counterexample():
+    result = run(FIXTURES / "split_by_batch.py", "--task", "rms_norm", "--device", "cpu", "--gate", "dynamic",
+                 "--json")
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.output)
+    assert data["verdict"] == "reject" and [g["gate"] for g in data["gates"]] == ["dynamic"]
+    cx = data["gates"][0]["counterexample"]
+    assert COUNTEREXAMPLE_KEYS <= set(cx)
+    assert cx["batch_size"] == 16 and cx["reference_batch_size"] == 1 and cx["mismatched_elements"] > 0
+
+
+def test_repeated_gate_option_and_human_output():
+    result = run(FIXTURES / "forgets_weight.py", "--task", "rms_norm", "--device", "cpu",
+                 "--gate", "correctness", "--gate", "static")
+    assert result.exit_code == 1
+    assert "static" in result.output and "correctness" in result.output and "dynamic" not in result.output
+    assert "[CR005]" in result.output and "reject" in result.output
+
+
+def test_hang_is_rejected_as_timed_out():
+    result = run(FIXTURES / "hang.py", "--task", "rms_norm", "--device", "cpu", "--gate", "dynamic",
+                 "--timeout", "3", "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.output)["gates"][0]["error"] == "timed out after 3 s"
+
+
+@pytest.mark.parametrize("args,message", [
+    ([FIXTURES / "rows.py", "--task", "rms_nrom"], "unknown task 'rms_nrom'; known tasks:"),
+    ([FIXTURES / "missing.py", "--task", "rms_norm"], "missing.py: candidate file not found"),
+    ([FIXTURES / "no_entry.py", "--task", "rms_norm"], "no_entry.py: no entry function 'rms_norm'"),
+    (["SYNTAX", "--task", "rms_norm"], "line 4: syntax error"),
+    ([FIXTURES / "rows.py", "--task", "rms_norm", "--gate", "speed"], "unknown gate 'speed'"),
+    ([FIXTURES / "rows.py", "--task", "rms_norm", "--device", "tpu"], "unknown device 'tpu'"),
+])
+def test_unusable_input_exits_2_with_one_line(args, message, tmp_path):
+    if args[0] == "SYNTAX":
+        bad = tmp_path / "syntax_error.py"
+        bad.write_text("import torch\n\n\ndef rms_norm(x, weight, eps)\n    return x\n")
+        args = [bad, *args[1:]]
+    result = run(*args, "--json")
+    assert result.exit_code == 2
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], result.output
+
+
+def test_audit_api_reuses_a_sandbox_and_renders_feedback():
+    task = get_task("rms_norm")
+    with Sandbox("cpu") as box:
+        bad = audit(FIXTURES / "caches_by_shape.py", task, gates=["correctness"], sandbox=box)
+        good = audit(FIXTURES / "torch_only.py", task, gates=["correctness"], sandbox=box)
+        crashed = audit(FIXTURES / "segfault.py", task, gates=["correctness"], sandbox=box)
+        after = audit(FIXTURES / "rows.py", task, gates=["correctness"], sandbox=box)
+    assert bad.verdict == "reject" and "[AC002]" in bad.feedback and "fix:" in bad.feedback
+    assert good.verdict == "accept" and "[AC005]" in good.feedback
+    assert crashed.verdict == "reject" and "SIGSEGV" in crashed.gates[0].error
+    assert "out-of-bounds" in crashed.feedback
+    assert after.verdict == "accept"

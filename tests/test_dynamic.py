@@ -1,0 +1,155 @@
+"""The dynamic BI gate on real kernel files, in this process through Triton's interpreter, and
+its batch construction and bitwise comparison."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from gates import batching, dynamic
+from gates.batching import (
+    CPU_BATCH_SIZES,
+    PROBES,
+    HarnessError,
+    RowPools,
+    as_bits,
+    batch_sizes,
+    content_sizes,
+    plan_contexts,
+)
+from gates.contract import BISettings, get_task
+from gates.dynamic import dynamic_gate
+from gates.feedback import render_counterexample
+from gates.sandbox import candidate_entry
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RMS = get_task("rms_norm")
+DECODE = get_task("decode_attention").model_copy(update={
+    "cpu_dims": {"Hq": 2, "Hk": 1, "D": 16, "L": 24},
+    "bi": BISettings(cpu_batch_sizes=[1, 2, 5])})
+
+
+def entry(task, name):
+    return candidate_entry(FIXTURES / task.name / f"{name}.py", task.entry)[1]
+
+
+def test_invariant_kernel_passes():
+    result = dynamic_gate(entry(RMS, "rows"), RMS, "cpu")
+    assert result.passed and result.error is None and result.counterexample is None
+
+
+def test_batch_size_dependent_reduction_is_caught_at_its_threshold():
+    result = dynamic_gate(entry(RMS, "split_by_batch"), RMS, "cpu")
+    cx = result.counterexample
+    assert not result.passed and cx is not None
+    # The kernel changes its reduction at T >= 16: every smaller batch matched.
+    assert cx.batch_size == 16 and cx.output == 0
+    assert cx.mismatched_elements > 0 and cx.max_abs_diff > 0
+    assert cx.context.startswith("batch:") and "identical before in batches of 1, 2, 3, 4, 5, 8" in cx.context
+    text = render_counterexample(cx, RMS, "cpu")
+    assert "output `out`" in text and "batch size" in text and "split" in text
+
+
+def test_state_kept_across_calls_is_caught_as_nondeterminism():
+    cx = dynamic_gate(entry(RMS, "call_counter"), RMS, "cpu").counterexample
+    assert cx is not None and cx.context.startswith("repeat:") and cx.batch_size == 1
+
+
+def test_a_batch_wide_statistic_is_caught():
+    cx = dynamic_gate(entry(RMS, "batch_max_scale"), RMS, "cpu").counterexample
+    assert cx is not None and cx.reference_batch_size == 1 and cx.batch_size > 1
+
+
+def test_padded_length_growth_is_caught_for_ragged_tasks():
+    good = dynamic_gate(entry(DECODE, "own_length"), DECODE, "cpu")
+    assert good.passed, good.counterexample or good.error
+    cx = dynamic_gate(entry(DECODE, "block_from_padded_length"), DECODE, "cpu").counterexample
+    assert cx is not None and cx.context.split(":")[0] in ("padding", "batch", "long")
+    assert "padded length" in render_counterexample(cx, DECODE, "cpu")
+
+
+def test_candidate_failure_is_an_error_with_its_context():
+    result = dynamic_gate(entry(RMS, "compile_error"), RMS, "cpu")
+    assert not result.passed and result.counterexample is None
+    assert "compile_error.py line" in result.error and "the row alone" in result.error
+
+
+def test_wrong_row_count_is_an_error():
+    result = dynamic_gate(entry(RMS, "drops_last_row"), RMS, "cpu")
+    assert not result.passed and "has shape (1, 256) for a batch of 2" in result.error
+
+
+def test_positive_control_fails_a_harness_that_cannot_see_differences(monkeypatch):
+    # A comparison that sees every row as equal must not let a variant kernel through.
+    monkeypatch.setattr(dynamic, "as_bits", lambda t: torch.zeros(t.shape[:1] + (1,), dtype=torch.uint8))
+    result = dynamic_gate(entry(RMS, "split_by_batch"), RMS, "cpu", sizes=[1, 2, 16])
+    assert not result.passed and result.error.startswith("positive control failed")
+
+
+def test_bitwise_comparison_of_special_values():
+    nan = torch.tensor([float("nan"), 1.0])
+    assert torch.equal(as_bits(nan), as_bits(nan.clone()))
+    assert not torch.equal(as_bits(torch.tensor([0.0])), as_bits(torch.tensor([-0.0])))
+    for dtype in (torch.int64, torch.int8, torch.bool, torch.bfloat16, torch.float8_e4m3fn):
+        a = torch.zeros(3, dtype=dtype)
+        b = a.clone()
+        as_bits(b)[1] ^= 1
+        assert not torch.equal(as_bits(a), as_bits(b)), dtype
+        count, _ = dynamic._difference(a, b)
+        assert count == 1, dtype
+
+
+def test_batch_sizes_scale_with_the_device_and_the_task():
+    assert batch_sizes(RMS, "cpu") == list(CPU_BATCH_SIZES)
+    gpu = batch_sizes(RMS, "cuda")
+    assert {1, 8, 16, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 2048, 4096} <= set(gpu)
+    assert batch_sizes(DECODE, "cpu") == [1, 2, 5]
+    decode = get_task("decode_attention")
+    assert max(batch_sizes(decode, "cuda")) == max(s["B"] for s in decode.shapes)
+
+
+def test_probes_sit_first_middle_and_last_and_rotate():
+    plan = plan_contexts([1, 2, 8, 9], ragged=False, repeat_each_size=False, repeats=1)
+    batches = [c for c in plan if c.kind == "batch"]
+    assert [sorted(c.probes) for c in batches] == [[0, 1], [0, 4, 7], [0, 4, 8]]
+    assert batches[1].probes[0] != batches[2].probes[0]  # each probe visits each position
+    kinds = [c.kind for c in plan]
+    assert kinds[:PROBES] == ["alone"] * PROBES and "permuted" in kinds and kinds[-1] == "repeat"
+    permuted = next(c for c in plan if c.kind == "permuted")
+    assert permuted.order != list(range(9)) and sorted(permuted.order) == list(range(9))
+    for c in plan:
+        if c.kind in ("zeros", "large"):
+            assert c.batch_size > PROBES and any(s.pool == c.kind for s in c.slots)
+
+
+def test_long_context_grows_the_padded_length_and_keeps_probe_bytes():
+    sizes = [1, 2, 5]
+    pools = RowPools(DECODE, "cpu", "float32", sizes)
+    plan = plan_contexts(sizes, ragged=True, repeat_each_size=False, repeats=1)
+    alone = pools.build(plan[0])
+    long = next(c for c in plan if c.kind == "long")
+    batch = pools.build(long, seed=1)
+    probe_len = pools.row_length(plan[0].slots[0])
+    assert alone.extent == probe_len
+    assert batch.extent == 2 * DECODE.cpu_dims["L"] > probe_len
+    k_alone, k_batch = alone.args[1], batch.args[1]
+    pos = next(p for p, pid in long.probes.items() if pid == 0)
+    assert torch.equal(k_batch[pos, :probe_len], k_alone[0])
+    # The padding behind the probe is fresh random data, not the probe pool's.
+    assert not torch.equal(k_batch[pos, probe_len:probe_len + 4], torch.zeros_like(k_batch[pos, :4]))
+    assert batch.args[3][pos] == probe_len and batch.args[3].dtype == torch.int32
+
+
+def test_splicing_errors_are_caught_by_the_harness(monkeypatch):
+    pools = RowPools(RMS, "cpu", "float32", [1, 2])
+    plan = plan_contexts([1, 2], ragged=False, repeat_each_size=False, repeats=1)
+    splice = batching.RowPools._splice
+    monkeypatch.setattr(batching.RowPools, "_splice", lambda self, *a: splice(self, *a).roll(1, 0))
+    with pytest.raises(HarnessError):
+        pools.build(next(c for c in plan if c.kind == "batch"))
+
+
+def test_content_sizes_leave_room_for_co_batched_rows():
+    assert content_sizes([1, 2, 3]) == [4]
+    assert content_sizes(list(CPU_BATCH_SIZES), compact=True) == [5, 8]
+    assert all(b > PROBES for b in content_sizes(list(CPU_BATCH_SIZES)))
