@@ -1,0 +1,309 @@
+"""The worker pool: N sandboxed worker processes that evaluate candidates, stage by stage.
+
+A pool holds one `gates.sandbox.Sandbox` per worker (one per visible GPU on cuda, two by
+default on a CPU), the same isolation the gates use on their own. Each worker evaluates one
+candidate stage at a time; callers on several threads share the pool and block until a worker
+is free. Candidate code never runs in the calling process: the static gate, which only reads
+source, runs there; compile, dynamic, correctness and benchmark run in a worker
+(`agentloop.worker_jobs`), each under its stage timeout from `EvalSettings.stage_timeout_s`.
+
+A stage that hangs, crashes its worker (segfault, CPU-time limit, killed for memory) or leaves
+the CUDA context corrupted gets a failed `StageOutcome` whose `error` says which, in one line;
+the sandbox replaces the worker and the pool carries on with the next stage or candidate.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agentloop import worker_jobs
+from agentloop.benchmark import BenchmarkResult
+from agentloop.evaluation import BI_STAGES, STAGES, EvalSettings, Stage, StageOutcome, code_hash
+from gates.contract import Task
+from gates.sandbox import Job, JobResult, Sandbox, WorkerLimits
+from gates.verdict import GateResult
+
+DEFAULT_CPU_WORKERS = 2
+RECYCLE_AFTER = 100
+"""Distinct candidates a worker loads before it is replaced by a fresh one: loaded modules and
+their compiled kernels stay in a worker's memory."""
+_MEMORY_SIGNS = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "out of memory")
+
+
+def default_stage_timeout(stage: Stage) -> float:
+    """The stage's timeout in a default EvalSettings."""
+    return EvalSettings().stage_timeout_s[stage]
+
+
+@dataclass(eq=False)
+class _Worker:
+    sandbox: Sandbox
+    loaded: set[str] = field(default_factory=set)
+    """Hashes of the candidates loaded since the worker last started."""
+    starts: int = -1
+    """`sandbox.restarts` when the worker was last seen started (-1: not yet)."""
+
+
+class WorkerPool:
+    """Persistent sandboxed workers on one device; thread-safe.
+
+    `workers`: on a CPU, how many worker processes (default 2; each gets an equal share of the
+    cores for its torch threads). On cuda, default one per visible GPU; a larger number puts
+    several workers on each GPU, round-robin. `limits` are each worker's resource limits.
+    """
+
+    def __init__(self, device: Literal["cpu", "cuda"] = "cpu", workers: int | None = None, *,
+                 limits: WorkerLimits | None = None, start_timeout: float = 300.0,
+                 recycle_after: int = RECYCLE_AFTER) -> None:
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"unknown device {device!r}; use cpu or cuda")
+        if workers is not None and workers < 1:
+            raise ValueError(f"workers must be at least 1, not {workers}")
+        env: dict[str, str] = {}
+        if device == "cuda":
+            import torch
+
+            gpus = torch.cuda.device_count()
+            if not gpus:
+                raise ValueError("device cuda but no GPU is visible; use device cpu")
+            devices = [f"cuda:{i % gpus}" for i in range(workers or gpus)]
+        else:
+            devices = ["cpu"] * (workers or DEFAULT_CPU_WORKERS)
+            if "OMP_NUM_THREADS" not in os.environ:  # workers side by side, not fighting for cores
+                env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // len(devices)))
+        self.device = device
+        self.recycle_after = recycle_after
+        self._cond = threading.Condition()
+        self._closed = False
+        self._workers: list[_Worker] = []
+        try:
+            for d in devices:  # each starts booting at once; the first job waits for it
+                self._workers.append(_Worker(Sandbox(d, limits=limits, start_timeout=start_timeout, env=env)))
+        except BaseException:
+            for w in self._workers:
+                w.sandbox.close()
+            raise
+        self._idle: list[_Worker] = list(self._workers)
+
+    # Lifecycle ----------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return len(self._workers)
+
+    @property
+    def restarts(self) -> int:
+        """Workers replaced so far (after hangs, crashes, corrupted CUDA contexts, recycling)."""
+        return sum(w.sandbox.restarts for w in self._workers)
+
+    def pids(self) -> list[int | None]:
+        """The workers' process ids."""
+        return [w.sandbox.pid for w in self._workers]
+
+    def warm_up(self) -> list[int]:
+        """Wait until every worker has started (in parallel); their process ids. Raises
+        RuntimeError when one cannot start."""
+        with self._every_worker() as workers:
+            results: list[JobResult | None] = [None] * len(workers)
+
+            def ping(i: int) -> None:
+                results[i] = _start(workers[i], force=True)
+
+            threads = [threading.Thread(target=ping, args=(i,)) for i in range(len(workers))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        failed = [r for r in results if r is None or not r.ok]
+        if failed:
+            raise RuntimeError(f"a worker could not start: {failed[0].error if failed[0] else 'no answer'}")
+        return [r.value for r in results]
+
+    def close(self) -> None:
+        """Stop every worker, after the stages running now have finished. Callers still waiting
+        for a worker get RuntimeError."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: len(self._idle) == len(self._workers))
+            self._idle.clear()
+        # In parallel: each worker takes seconds to shut torch down.
+        threads = [threading.Thread(target=w.sandbox.close) for w in self._workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _worker(self, key: str | None) -> Iterator[_Worker]:
+        """A free worker for the caller alone, preferably one that has loaded this candidate."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._idle)
+            if self._closed:
+                raise RuntimeError("the worker pool is closed")
+            worker = next((w for w in self._idle if key in w.loaded), self._idle[0])
+            self._idle.remove(worker)
+        try:
+            yield worker
+        finally:
+            with self._cond:
+                self._idle.append(worker)
+                self._cond.notify_all()
+
+    @contextmanager
+    def _every_worker(self) -> Iterator[list[_Worker]]:
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or len(self._idle) == len(self._workers))
+            if self._closed:
+                raise RuntimeError("the worker pool is closed")
+            taken, self._idle = self._idle, []
+        try:
+            yield taken
+        finally:
+            with self._cond:
+                self._idle.extend(taken)
+                self._cond.notify_all()
+
+    # Evaluation ---------------------------------------------------------------------------
+    def evaluate_stage(self, code: str, task: Task, stage: Stage, settings: EvalSettings) -> StageOutcome:
+        """Run one stage on one candidate, blocking until a worker is free (the static gate
+        needs none). Never raises for anything the candidate does."""
+        self._check(settings, [stage])
+        if stage == "static":
+            return static_outcome(code, task)
+        with self._worker(code_hash(code)) as worker:
+            return self._run(worker, code, task, stage, settings)
+
+    def evaluate(self, code: str, task: Task, settings: EvalSettings, stages: Sequence[Stage] = STAGES, *,
+                 observe_bi: bool = False) -> list[StageOutcome]:
+        """Run the stages (in pipeline order) on one candidate in one worker, stopping after the
+        first that fails. `observe_bi` (baseline mode): a failed static or dynamic stage is
+        recorded and the candidate goes on."""
+        self._check(settings, stages)
+        outcomes: list[StageOutcome] = []
+        with self._worker(code_hash(code)) as worker:
+            for stage in (s for s in STAGES if s in stages):
+                if stage == "static":
+                    outcome = static_outcome(code, task)
+                else:
+                    outcome = self._run(worker, code, task, stage, settings)
+                outcomes.append(outcome)
+                if not outcome.passed and not (observe_bi and stage in BI_STAGES):
+                    break
+        return outcomes
+
+    def _check(self, settings: EvalSettings, stages: Sequence[str]) -> None:
+        if settings.device != self.device:
+            raise ValueError(f"settings.device is {settings.device} but this pool runs on {self.device}")
+        unknown = [s for s in stages if s not in STAGES]
+        if unknown:
+            raise ValueError(f"unknown stage {unknown[0]!r}; stages are {', '.join(STAGES)}")
+
+    def _run(self, worker: _Worker, code: str, task: Task, stage: Stage,
+             settings: EvalSettings) -> StageOutcome:
+        key = code_hash(code)
+        sandbox = worker.sandbox
+        if key not in worker.loaded and len(worker.loaded) >= self.recycle_after:
+            sandbox.restart()
+        booted = _start(worker)  # outside the stage's time and timeout
+        if booted is not None and not booted.ok:
+            return stage_outcome(stage, booted, booted.seconds)
+        kwargs: dict = {"code": code, "task": task, "device": sandbox.device}
+        if stage == "benchmark":
+            kwargs.update(cuda_graph=settings.cuda_graph, compile_reference=settings.compile_reference)
+        timeout = settings.stage_timeout_s.get(stage, default_stage_timeout(stage))
+        start = time.perf_counter()
+        result = sandbox.run(Job.of(worker_jobs.JOBS[stage], **kwargs), timeout)
+        seconds = time.perf_counter() - start
+        if not result.restarted:
+            worker.loaded.add(key)
+        return stage_outcome(stage, result, seconds)
+
+
+def _start(worker: _Worker, force: bool = False) -> JobResult | None:
+    """Wait until a worker process that has not run a job yet has started (an empty job);
+    None when it had already run one."""
+    sandbox = worker.sandbox
+    if sandbox.restarts == worker.starts and not force:
+        return None
+    result = sandbox.run(Job.of(worker_jobs.ping), timeout=60)
+    if result.ok:
+        if sandbox.restarts != worker.starts:
+            worker.loaded.clear()
+        worker.starts = sandbox.restarts
+    return result
+
+
+def _memory_marked(error: str) -> str:
+    if any(sign in error for sign in _MEMORY_SIGNS) and not error.startswith("out of memory"):
+        return f"out of memory: {error}"
+    return error
+
+
+def failure_text(result: JobResult) -> str:
+    """One line for a job that did not return a result: the sandbox's reason (exception,
+    "timed out after N s", how the worker crashed), marked where the candidate ran out of
+    memory, and whether the worker was replaced."""
+    error = _memory_marked(result.error or f"the job ended with status {result.status}")
+    return f"{error}; worker replaced" if result.restarted else error
+
+
+def stage_outcome(stage: Stage, result: JobResult, seconds: float) -> StageOutcome:
+    """A stage's outcome from its job's result."""
+    value = result.value
+    if not result.ok and isinstance(value, GateResult | BenchmarkResult):
+        # The job returned, then the worker was found unusable (a corrupted CUDA context): the
+        # job's own error says where the fault surfaced, the sandbox's why the worker went.
+        error = failure_text(result)
+        if value.error:
+            error = f"{_memory_marked(value.error)}; CUDA context corrupted, worker replaced"
+        if isinstance(value, GateResult):
+            gate = value.model_copy(update={"passed": False, "error": error})
+            return StageOutcome(stage=stage, passed=False, seconds=seconds, gate=gate, error=error)
+        bench = value.model_copy(update={"correct": False, "speedup": -1.0, "error": error})
+        return StageOutcome(stage=stage, passed=False, seconds=seconds, benchmark=bench, error=error)
+    if not result.ok:
+        value = None
+    if isinstance(value, GateResult):
+        error = _memory_marked(value.error) if value.error else None
+        gate = value.model_copy(update={"error": error})
+        return StageOutcome(stage=stage, passed=value.passed, seconds=seconds, gate=gate, error=error)
+    if isinstance(value, BenchmarkResult):
+        error = value.error
+        if error is None and not value.correct:
+            error = "the re-check on fresh inputs did not pass"
+        error = _memory_marked(error) if error else None
+        return StageOutcome(stage=stage, passed=value.correct and error is None, seconds=seconds,
+                            benchmark=value, error=error)
+    error = failure_text(result) if not result.ok else \
+        f"the {stage} job returned {type(result.value).__name__}, not a result"
+    gate = None if stage == "benchmark" else GateResult(gate=stage, passed=False, seconds=seconds,
+                                                        error=error)
+    return StageOutcome(stage=stage, passed=False, seconds=seconds, gate=gate, error=error)
+
+
+def static_outcome(code: str, task: Task) -> StageOutcome:
+    """The static gate, run here: it parses the source and never runs it."""
+    start = time.perf_counter()
+    try:
+        from gates.static import static_gate
+
+        gate = static_gate(code, task, filename=worker_jobs.CANDIDATE_NAME)
+    except Exception as exc:  # noqa: BLE001 - a bug in the static gate must not pass silently
+        error = f"static gate failed: {type(exc).__name__}: {exc}"
+        gate = GateResult(gate="static", passed=False, seconds=time.perf_counter() - start, error=error)
+    return StageOutcome(stage="static", passed=gate.passed, seconds=time.perf_counter() - start, gate=gate,
+                        error=gate.error)

@@ -1,0 +1,213 @@
+"""The worker pool on a CPU: every stage through sandboxed workers, the result models, per-stage
+timeouts, hangs, crashes and memory exhaustion reported precisely while the pool keeps going,
+and several threads sharing the pool. Fixtures are real candidate files (tests/fixtures/pool)."""
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentloop.benchmark import BenchmarkResult
+from agentloop.evaluation import STAGES, EvalSettings, StageOutcome
+from agentloop.pool import WorkerPool, stage_outcome
+from gates.contract import get_task
+from gates.sandbox import JobResult, WorkerLimits
+from gates.verdict import GateResult
+
+TASK = get_task("rms_norm")
+FIXTURES = Path(__file__).parent / "fixtures" / "pool"
+SETTINGS = EvalSettings(stage_timeout_s={"compile": 60, "dynamic": 120, "correctness": 120, "benchmark": 120})
+
+
+def code(name: str) -> str:
+    return (FIXTURES / f"{name}.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with WorkerPool("cpu", workers=2) as p:
+        p.warm_up()
+        yield p
+
+
+def test_a_correct_invariant_kernel_passes_every_stage(pool):
+    outcomes = pool.evaluate(code("rms_norm_rows"), TASK, SETTINGS)
+    assert [o.stage for o in outcomes] == list(STAGES)
+    assert all(o.passed and o.error is None for o in outcomes), [o.error for o in outcomes]
+    assert [o.gate.gate for o in outcomes[:4]] == ["compile", "static", "dynamic", "correctness"]
+    assert all(o.seconds >= o.gate.seconds for o in outcomes[:4] if o.stage != "static")
+    bench = outcomes[-1].benchmark
+    # The CPU timing path, through a worker: wall clock, both functions timed at every capped shape.
+    assert isinstance(bench, BenchmarkResult) and bench.correct and bench.clock == "perf_counter"
+    assert bench.device == "cpu" and bench.speedup > 0
+    assert [s.dims for s in bench.shapes] == [{"H": 256, "T": 1}, {"H": 256, "T": 8}]
+    for shape in bench.shapes:
+        assert shape.candidate.n > 0 and shape.reference.n > 0 and shape.speedup > 0
+    last = outcomes[-1]
+    assert StageOutcome.model_validate_json(last.model_dump_json()).model_dump() == last.model_dump()
+
+
+def test_evaluation_stops_at_the_first_failed_stage(pool):
+    stages = ("compile", "dynamic", "correctness", "benchmark")
+    outcomes = pool.evaluate(code("off_by_scale"), TASK, SETTINGS, stages=stages)
+    assert [(o.stage, o.passed) for o in outcomes] == [("compile", True), ("dynamic", True),
+                                                       ("correctness", False)]
+    assert any(f.rule == "CR005" and "output out" in f.message for f in outcomes[-1].gate.findings)
+
+
+def test_bi_stages_reject_or_only_observe(pool):
+    stages = ("compile", "dynamic", "correctness", "benchmark")
+    rejected = pool.evaluate(code("batch_path"), TASK, SETTINGS, stages=stages)
+    assert [(o.stage, o.passed) for o in rejected] == [("compile", True), ("dynamic", False)]
+    example = rejected[-1].gate.counterexample
+    assert example is not None and example.batch_size > 1 and example.mismatched_elements > 0
+    observed = pool.evaluate(code("batch_path"), TASK, SETTINGS, stages=stages, observe_bi=True)
+    assert [(o.stage, o.passed) for o in observed] == [("compile", True), ("dynamic", False),
+                                                       ("correctness", True), ("benchmark", True)]
+    # Observing covers the BI stages only: a wrong kernel still stops at correctness.
+    wrong = pool.evaluate(code("off_by_scale"), TASK, SETTINGS, stages=stages, observe_bi=True)
+    assert [o.stage for o in wrong][-1] == "correctness"
+
+
+def test_static_stage_runs_in_the_caller_on_source_only(pool):
+    outcome = pool.evaluate_stage(code("segfault"), TASK, "static", SETTINGS)
+    assert outcome.stage == "static" and outcome.gate.gate == "static"
+    outcome = pool.evaluate_stage("def broken(:\n", TASK, "static", SETTINGS)
+    assert not outcome.passed and "syntax error" in outcome.error
+
+
+@pytest.mark.parametrize(("fixture", "expected"), [
+    ("no_entry", "candidate.py: no entry function 'rms_norm'"),
+    ("bad_arange", "first call at bfloat16 H=256 T=1 raised InterpreterError"),
+    ("opens_socket", "NetworkDisabled: network access is disabled in evaluation workers "
+                     "(at candidate.py line 9)"),
+])
+def test_compile_stage_reports_why_a_candidate_cannot_run(pool, fixture, expected):
+    outcome = pool.evaluate_stage(code(fixture), TASK, "compile", SETTINGS)
+    assert not outcome.passed and outcome.gate.gate == "compile"
+    assert expected in outcome.error and outcome.error == outcome.gate.error
+    if fixture == "bad_arange":
+        assert "power of 2" in outcome.error and "candidate.py line 16" in outcome.error
+
+
+def test_a_stage_timeout_stops_the_candidate_and_the_pool_goes_on(pool):
+    settings = SETTINGS.model_copy(update={"stage_timeout_s": {**SETTINGS.stage_timeout_s, "dynamic": 4}})
+    before = pool.restarts
+    stages = ("compile", "dynamic", "correctness")
+    outcomes = pool.evaluate(code("hang_large_batch"), TASK, settings, stages=stages)
+    assert [(o.stage, o.passed) for o in outcomes] == [("compile", True), ("dynamic", False)]
+    assert outcomes[-1].error == "timed out after 4 s; worker replaced"
+    assert outcomes[-1].gate.error == outcomes[-1].error
+    assert pool.restarts == before + 1
+    assert pool.evaluate_stage(code("rms_norm_rows"), TASK, "compile", settings).passed
+
+
+def test_hang_crash_and_memory_exhaustion_are_reported_and_the_pool_carries_on():
+    settings = SETTINGS.model_copy(update={"stage_timeout_s": {"compile": 5}})  # other stages: defaults
+    good = code("rms_norm_torch")
+    with WorkerPool("cpu", workers=1, limits=WorkerLimits(memory_bytes=384 * 2**20)) as pool:
+        (first_pid,) = pool.warm_up()
+        assert pool.evaluate_stage(good, TASK, "compile", settings).passed
+
+        hang = pool.evaluate_stage(code("hang"), TASK, "compile", settings)
+        assert not hang.passed and hang.error == "timed out after 5 s; worker replaced"
+        assert pool.evaluate_stage(good, TASK, "compile", settings).passed
+        (second_pid,) = pool.pids()
+        assert second_pid != first_pid
+
+        crash = pool.evaluate_stage(code("segfault"), TASK, "compile", settings)
+        assert not crash.passed
+        assert crash.error == ("worker crashed: SIGSEGV (segmentation fault) at candidate.py line 9; "
+                               "worker replaced")
+        assert pool.evaluate_stage(good, TASK, "compile", settings).passed
+        assert pool.pids() != [second_pid]
+
+        hog = pool.evaluate_stage(code("memory_hog"), TASK, "compile", settings)
+        assert not hog.passed
+        assert hog.error.startswith("out of memory: first call at bfloat16 H=256 T=1 raised ")
+        assert "can't allocate memory" in hog.error and "(at candidate.py line 9)" in hog.error
+        outcomes = pool.evaluate(good, TASK, settings, stages=("compile", "correctness"))
+        assert [(o.stage, o.passed) for o in outcomes] == [("compile", True), ("correctness", True)]
+        assert pool.restarts == 2
+
+
+def test_several_threads_share_the_pool(tmp_path, monkeypatch):
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    monkeypatch.setenv("POOL_TEST_BARRIER", str(barrier))
+    # The variable must reach the workers: start a pool of its own after setting it.
+    with WorkerPool("cpu", workers=2) as shared:
+        assert len(set(shared.warm_up())) == 2
+        # Each barrier candidate returns only once another worker has called one too, so they
+        # pass only if two ran at the same time; the others are checked to come back to their caller.
+        jobs = [code("barrier") + f"\n# variant {i}\n" for i in range(2)] + \
+               [code("no_entry") + f"\n# variant {i}\n" for i in range(2)] + [code("rms_norm_torch")]
+        results: dict[int, StageOutcome] = {}
+
+        def run(i: int) -> None:
+            results[i] = shared.evaluate_stage(jobs[i], TASK, "compile", SETTINGS)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [results[i].passed for i in range(len(jobs))] == [True, True, False, False, True], \
+            [results[i].error for i in range(len(jobs))]
+        assert all("no entry function" in results[i].error for i in (2, 3))
+        assert len(list(barrier.iterdir())) == 2
+    with pytest.raises(RuntimeError, match="the worker pool is closed"):
+        shared.evaluate_stage(code("rms_norm_torch"), TASK, "compile", SETTINGS)
+
+
+def test_workers_are_recycled_after_many_candidates():
+    with WorkerPool("cpu", workers=1, recycle_after=1) as pool:
+        assert pool.evaluate_stage(code("rms_norm_torch"), TASK, "compile", SETTINGS).passed
+        assert pool.evaluate_stage(code("rms_norm_torch"), TASK, "correctness", SETTINGS).passed
+        assert pool.restarts == 0  # the same candidate again
+        assert pool.evaluate_stage(code("rms_norm_rows"), TASK, "compile", SETTINGS).passed
+        assert pool.restarts == 1
+
+
+def test_unusable_calls_are_one_line_errors(pool):
+    with pytest.raises(ValueError, match="settings.device is cuda but this pool runs on cpu"):
+        pool.evaluate_stage("", TASK, "compile", EvalSettings(device="cuda"))
+    with pytest.raises(ValueError, match="unknown stage 'link'"):
+        pool.evaluate("", TASK, SETTINGS, stages=("compile", "link"))
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        WorkerPool("cpu", workers=0)
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        WorkerPool("tpu")
+
+
+def test_stage_outcomes_from_job_results():
+    killed = "worker crashed: SIGKILL (killed, possibly for running out of memory)"
+    crashed = JobResult(status="crash", error=killed, restarted=True, seconds=1.0)
+    outcome = stage_outcome("dynamic", crashed, 2.0)
+    assert outcome == StageOutcome(stage="dynamic", passed=False, seconds=2.0, gate=outcome.gate,
+                                   error=f"out of memory: {killed}; worker replaced")
+    assert outcome.gate == GateResult(gate="dynamic", passed=False, seconds=2.0, error=outcome.error)
+    wrong = BenchmarkResult(task="rms_norm", dtype="bfloat16", device="cpu", error="wrong on fresh inputs")
+    outcome = stage_outcome("benchmark", JobResult(status="ok", value=wrong), 1.0)
+    assert not outcome.passed and outcome.benchmark == wrong and outcome.gate is None
+    assert outcome.error == "wrong on fresh inputs"
+    silent = BenchmarkResult(task="rms_norm", dtype="bfloat16", device="cpu")  # safe defaults: not correct
+    assert stage_outcome("benchmark", JobResult(status="ok", value=silent), 1.0).error == \
+        "the re-check on fresh inputs did not pass"
+    odd = stage_outcome("compile", JobResult(status="ok", value=3), 1.0)
+    assert not odd.passed and odd.error == "the compile job returned int, not a result"
+
+
+def test_a_result_returned_before_the_cuda_context_broke_still_fails():
+    # What the sandbox returns when a job came back but left the CUDA context corrupted.
+    fault = "AcceleratorError: CUDA error: an illegal memory access was encountered"
+    gate = GateResult(gate="dynamic", passed=False, error=f"{fault}; in a batch of 64")
+    fatal = JobResult(status="error", value=gate, error=f"CUDA context corrupted: {fault}", restarted=True)
+    outcome = stage_outcome("dynamic", fatal, 1.0)
+    assert not outcome.passed and outcome.gate.error == outcome.error
+    assert outcome.error == f"{fault}; in a batch of 64; CUDA context corrupted, worker replaced"
+    timed = BenchmarkResult(task="rms_norm", dtype="bfloat16", device="cuda", correct=True, speedup=1.5)
+    fatal = JobResult(status="error", value=timed, error=f"CUDA context corrupted: {fault}", restarted=True)
+    outcome = stage_outcome("benchmark", fatal, 1.0)
+    assert not outcome.passed and outcome.error == f"CUDA context corrupted: {fault}; worker replaced"
+    assert outcome.benchmark.speedup == -1.0 and not outcome.benchmark.correct
