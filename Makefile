@@ -13,9 +13,10 @@ $(BIN)/agentloop: pyproject.toml
 
 install: $(BIN)/agentloop
 
+# An offline campaign: replay provider, all three styles, both modes, 4 tasks, on the CPU.
 demo: install
 	TRITON_INTERPRET=1 $(BIN)/agentloop tasks
-	TRITON_INTERPRET=1 $(BIN)/agentloop audit tasks/rms_norm/candidates/row_per_program.py --task rms_norm --device cpu
+	TRITON_INTERPRET=1 $(BIN)/agentloop run tasks/campaigns/demo.yaml --out runs/demo
 
 test: install
 	$(BIN)/ruff check .

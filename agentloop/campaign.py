@@ -1,0 +1,188 @@
+"""The campaign file (`tasks/campaigns/<name>.yaml`, SPEC.md §4) loaded into pydantic models.
+
+A campaign runs every (task, style, mode) combination: each (style, mode, provider) is a
+*cell*, and each cell runs one optimisation loop per task.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentloop.evaluation import EvalSettings, Stage
+from agentloop.prompts import MODES, Mode
+from agentloop.styles import STYLES, EvolveSettings, RefineSettings, Role, StyleName, TeamSettings
+from gates.contract import TaskError, load_suite
+
+
+class CampaignError(ValueError):
+    """A campaign file that cannot be used; the message is one line naming the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Budget(_Strict):
+    """When one loop (one task in one cell) stops: the first limit reached ends it."""
+
+    iterations: int = Field(default=6, ge=1)
+    """Candidates the agent may propose."""
+    llm_calls: int | None = Field(default=None, ge=1)
+    """LLM calls (a team spends several per candidate)."""
+    tokens: int | None = Field(default=None, ge=1)
+    """Input plus output tokens."""
+    wall_s: float | None = Field(default=None, gt=0)
+    """Seconds spent in the loop (summed over resumed runs)."""
+    target_speedup: float | None = Field(default=None, gt=0)
+    """Stop once the final kernel would reach this speedup over the reference."""
+
+
+class EvalOptions(_Strict):
+    """How candidates are evaluated (part of the evaluation-cache key)."""
+
+    stage_timeout_s: dict[Stage, float] = Field(default_factory=dict)
+    """Per-stage wall-clock limits overriding the defaults (compile 120, static 30, dynamic 300,
+    correctness 300, benchmark 600)."""
+    cuda_graph: bool = False
+    """Benchmark with CUDA-graph replay."""
+    compile_reference: bool = False
+    """Also time a torch.compile'd reference as a second baseline."""
+
+
+class Cell(BaseModel):
+    """One (style, mode, provider) combination of a campaign."""
+
+    model_config = ConfigDict(frozen=True)
+    style: StyleName
+    mode: Mode
+    provider: str
+
+    @property
+    def id(self) -> str:
+        """How the results store names the cell."""
+        return f"{self.style}/{self.mode}/{self.provider}"
+
+
+class Campaign(_Strict):
+    """An optimisation campaign."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    """Names the run directory (`runs/<name>` by default)."""
+    tasks: list[str] | Literal["all"]
+    """Task names, or "all" for the whole suite."""
+    styles: list[StyleName] = Field(default_factory=lambda: list(STYLES))
+    modes: list[Mode] = Field(default_factory=lambda: list(MODES))
+    model: str = "replay"
+    """provider:model of every role: replay, openai:<model>, anthropic:<model>, exchange:<dir>."""
+    roles: dict[Role, str] = Field(default_factory=dict)
+    """provider:model per role (planner, coder, reviewer), overriding `model` for that role."""
+    model_options: dict[str, Any] = Field(default_factory=dict)
+    """Options passed to the providers (temperature, max_tokens, timeout_s, retry, ...)."""
+    budget: Budget = Field(default_factory=Budget)
+    device: Literal["cpu", "cuda"] = "cpu"
+    seed: int = 0
+    workers: int | None = Field(default=None, ge=1)
+    """Evaluation worker processes; default one per GPU on cuda, two on a CPU."""
+    parallel: int | None = Field(default=None, ge=1)
+    """Loops run at the same time; default twice the number of workers (one loop's LLM calls
+    overlap another's evaluation)."""
+    evaluation: EvalOptions = Field(default_factory=EvalOptions, alias="eval")
+    """The file's `eval:` key."""
+    refine: RefineSettings = Field(default_factory=RefineSettings)
+    evolve: EvolveSettings = Field(default_factory=EvolveSettings)
+    team: TeamSettings = Field(default_factory=TeamSettings)
+
+    @field_validator("styles", "modes", "tasks")
+    @classmethod
+    def _distinct(cls, values: Any) -> Any:
+        if isinstance(values, list):
+            if not values:
+                raise ValueError("must name at least one")
+            twice = [v for i, v in enumerate(values) if v in values[:i]]
+            if twice:
+                raise ValueError(f"{twice[0]!r} is listed twice")
+        return values
+
+    def task_names(self) -> list[str]:
+        """The campaign's tasks, in its order (the suite's order for "all")."""
+        return list(load_suite()) if self.tasks == "all" else list(self.tasks)
+
+    def with_model(self, spec: str) -> Campaign:
+        """This campaign with one provider:model for every role (`--model`)."""
+        return self.model_copy(update={"model": spec, "roles": {}})
+
+    def role_model(self, role: Role) -> str:
+        return self.roles.get(role, self.model)
+
+    def cells(self) -> list[Cell]:
+        return [Cell(style=s, mode=m, provider=self.model) for s in self.styles for m in self.modes]
+
+    def eval_settings(self) -> EvalSettings:
+        timeouts = {**EvalSettings().stage_timeout_s, **self.evaluation.stage_timeout_s}
+        return EvalSettings(device=self.device, stage_timeout_s=timeouts,
+                            cuda_graph=self.evaluation.cuda_graph,
+                            compile_reference=self.evaluation.compile_reference)
+
+
+def _field_path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    # Drop pydantic's markers for dict keys and union branches ("[key]", "list[str]").
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+    if loc == ("tasks",) and err["type"] in ("list_type", "literal_error"):
+        # The union (a list of names or "all") reports a branch's error; say what is allowed.
+        return f"tasks: {err.get('input')!r} is not allowed (a list of task names, or \"all\")"
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif err["type"] == "literal_error":
+        msg = f"{err.get('input')!r} is not allowed ({msg[msg.find('Input should be') + 16:]})"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return f"{_field_path(loc) or '(top level)'}: {msg}"
+
+
+def parse_campaign(raw: Any, where: str = "campaign") -> Campaign:
+    """Validate a campaign mapping; CampaignError with a one-line message."""
+    if not isinstance(raw, dict):
+        raise CampaignError(f"{where}: a campaign file must be a mapping of keys")
+    try:
+        campaign = Campaign.model_validate(raw)
+    except ValidationError as exc:
+        raise CampaignError(f"{where}: {_one_line(exc)}") from None
+    if campaign.tasks != "all":
+        try:
+            suite = load_suite()
+        except TaskError as exc:
+            raise CampaignError(str(exc)) from None
+        unknown = [t for t in campaign.tasks if t not in suite]
+        if unknown:
+            raise CampaignError(f"{where}: tasks: unknown task {unknown[0]!r}; "
+                                f"known tasks: {', '.join(suite)}")
+    return campaign
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    """Load and validate a campaign file; CampaignError with a one-line message."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise CampaignError(f"{path}: cannot read campaign file ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise CampaignError(f"{path}:{where} not valid YAML") from None
+    return parse_campaign(raw, str(path))

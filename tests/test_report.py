@@ -1,0 +1,276 @@
+"""Reports of a run directory, from a results database written through the real Store: 2 styles x
+2 modes x 2 tasks with candidates, gate results, timings and exchanges as the runner writes them."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from agentloop.cli import app
+from agentloop.plots import best_speedup_curves
+from agentloop.report import ReportError, load_run, write_reports
+from agentloop.store import Store
+
+STAGES = ("compile", "static", "dynamic", "correctness", "benchmark")
+SUMMARY_KEYS = {"style", "mode", "provider", "tasks", "correct", "bi_pass", "bi_pass_rate", "geomean_speedup",
+                "llm_calls", "input_tokens", "output_tokens"}
+COMPILE_ERROR = "error: SyntaxError: invalid syntax (line 3) | expected <class 'int'>"
+
+# (style, mode, task) -> candidates in iteration order, the final one (iteration or None), whether
+# the final kernel passed the closing BI audit, LLM calls and tokens. A candidate's `fails` maps a
+# stage to why it failed: a rule id (an error finding), "mismatch" (a BI counterexample) or
+# "error: ..." (the stage could not run it); `rejected_by` names the stage that stopped it.
+LOOPS = {
+    ("refine", "baseline", "rms_norm"): dict(cands=[
+        dict(rejected_by="compile", fails={"compile": COMPILE_ERROR}),
+        dict(speedup=1.5, fails={"dynamic": "mismatch"}),
+        dict(speedup=2.0, fails={"static": "BI002"})], final=3, bi_pass=0, llm=3, tokens=(300, 900)),
+    ("refine", "baseline", "softmax"): dict(cands=[
+        dict(rejected_by="correctness", fails={"correctness": "CR005"}),
+        dict(speedup=0.8),
+        dict(rejected_by="extract")], final=2, bi_pass=1, llm=3, tokens=(250, 600)),
+    ("refine", "bi-aware", "rms_norm"): dict(cands=[
+        dict(rejected_by="static", fails={"static": "BI001"}),
+        dict(rejected_by="dynamic", fails={"dynamic": "mismatch"}),
+        dict(speedup=1.2)], final=3, bi_pass=1, llm=4, tokens=(400, 1000)),
+    ("refine", "bi-aware", "softmax"): dict(cands=[
+        dict(rejected_by="correctness", fails={"correctness": "CR005"}),
+        dict(rejected_by="compile", fails={"compile": COMPILE_ERROR}),
+        dict(rejected_by="static", fails={"static": "BI001"})], final=None, bi_pass=0, llm=3,
+        tokens=(350, 700)),
+    ("evolve", "baseline", "rms_norm"): dict(cands=[
+        dict(speedup=1.1),
+        dict(speedup=3.0, fails={"dynamic": "mismatch"}),
+        dict(speedup=2.5)], final=2, bi_pass=0, llm=1, tokens=(500, 1500)),
+    ("evolve", "baseline", "softmax"): dict(cands=[
+        dict(speedup=1.4),
+        dict(rejected_by="benchmark", fails={"benchmark": "error: timed out after 60 s"}),
+        dict(rejected_by="correctness", fails={"correctness": "CR005"})], final=1, bi_pass=1, llm=1,
+        tokens=(450, 1200)),
+    ("evolve", "bi-aware", "rms_norm"): dict(cands=[
+        dict(speedup=1.1),
+        dict(rejected_by="dynamic", fails={"dynamic": "mismatch"}),
+        dict(speedup=1.3)], final=3, bi_pass=1, llm=1, tokens=(520, 1400)),
+    ("evolve", "bi-aware", "softmax"): dict(cands=[
+        dict(speedup=1.4),
+        dict(speedup=1.6),
+        dict(rejected_by="static", fails={"static": "BI003"})], final=2, bi_pass=1, llm=1,
+        tokens=(480, 1300)),
+}
+
+
+def add_candidate(store: Store, style: str, mode: str, task: str, iteration: int, *,
+                  speedup: float | None = None, rejected_by: str | None = None,
+                  fails: dict[str, str] | None = None) -> int:
+    """Write one concluded candidate and its stage results the way agentloop.records does."""
+    fails = fails or {}
+    cell = f"{style}/{mode}/replay"
+    reached = STAGES[: STAGES.index(rejected_by) + 1] if rejected_by in STAGES else \
+        (() if rejected_by == "extract" else STAGES)
+    why = fails.get(rejected_by or "", "")
+    bi = lambda stage: None if stage not in reached else int(stage not in fails)
+    cid = store.add_candidate(
+        cell=cell, task=task, style=style, mode=mode, provider="replay", iteration=iteration,
+        parent=None, hash=f"{cell}:{task}:{iteration}",
+        code=None if rejected_by == "extract" else f"def {task}(x):\n    return x  # {iteration}\n",
+        status="rejected" if rejected_by else "accepted", rejected_by=rejected_by,
+        rule=why if why[:2] in ("BI", "CR") else None,
+        correct=1 if not rejected_by else (0 if rejected_by in ("correctness", "benchmark") else None),
+        bi_static=bi("static"), bi_dynamic=bi("dynamic"), speedup=speedup)
+    for stage in reached:
+        reason = fails.get(stage)
+        findings = [{"rule": reason, "severity": "error", "line": 7, "message": f"{reason} fired here",
+                     "hint": "fix it"}] if reason and reason[:2] in ("BI", "CR") else []
+        counterexample = {"output": 0, "row": 1, "batch_size": 16, "position": 5, "reference_batch_size": 1,
+                          "max_abs_diff": 0.0039, "mismatched_elements": 4,
+                          "context": "co-batched with 15 other rows"} if reason == "mismatch" else None
+        error = reason[len("error: "):] if reason and reason.startswith("error: ") else None
+        enforced = mode == "bi-aware" or stage not in ("static", "dynamic")
+        store.add_gate_result(cid, stage, reason is None, enforced, 0.25, findings, counterexample, error)
+        if stage == "benchmark" and reason is None:
+            store.add_timing(cid, {"T": 4, "H": 256}, 0.01, 0.01 * speedup, speedup)
+    return cid
+
+
+def make_run(run_dir: Path, loops: dict = LOOPS, campaign: bool = True) -> Path:
+    """A run directory with results.sqlite (and campaign.yaml) as a finished campaign leaves it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(run_dir / "results.sqlite")
+    try:
+        for (style, mode, task), loop in loops.items():
+            cell = f"{style}/{mode}/replay"
+            ids = [add_candidate(store, style, mode, task, i + 1, **c) for i, c in enumerate(loop["cands"])]
+            for _ in range(loop["llm"]):
+                store.add_exchange(cell=cell, task=task, role="coder", request_hash="h", request="[]",
+                                   response="```python\n...\n```", provider="replay", model="replay",
+                                   input_tokens=0, output_tokens=0, latency_s=0.0)
+            final = loop["final"]
+            store.finish_task(
+                cell=cell, task=task, style=style, mode=mode, provider="replay",
+                final_candidate=ids[final - 1] if final else None, correct=int(final is not None),
+                bi_pass=loop["bi_pass"], speedup=loop["cands"][final - 1]["speedup"] if final else None,
+                llm_calls=loop["llm"], input_tokens=loop["tokens"][0], output_tokens=loop["tokens"][1],
+                wall_s=12.5)
+    finally:
+        store.close()
+    if campaign:
+        (run_dir / "campaign.yaml").write_text(
+            "name: fixture-campaign\ntasks: [rms_norm, softmax]\nstyles: [refine, evolve]\n"
+            "modes: [baseline, bi-aware]\nmodel: replay\nbudget: {iterations: 3}\ndevice: cpu\nseed: 0\n")
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = make_run(tmp_path_factory.mktemp("run"))
+    write_reports(run_dir)
+    return run_dir
+
+
+def cell(summary: dict, style: str, mode: str) -> dict:
+    return next(c for c in summary["cells"] if (c["style"], c["mode"]) == (style, mode))
+
+
+def test_summary_has_spec_keys_and_hand_computed_values(run_dir: Path) -> None:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert set(summary) == {"campaign", "cells", "retention"}
+    assert summary["campaign"] == "fixture-campaign"
+    assert [(c["style"], c["mode"]) for c in summary["cells"]] == [
+        ("refine", "baseline"), ("refine", "bi-aware"), ("evolve", "baseline"), ("evolve", "bi-aware")]
+    for c in summary["cells"]:
+        assert set(c) == SUMMARY_KEYS and c["provider"] == "replay" and c["tasks"] == 2
+    # A task without a correct final kernel counts 1.0 in the geomean (refine/bi-aware softmax).
+    expected = {("refine", "baseline"): (2, 1, math.sqrt(2.0 * 0.8), 6, 550, 1500),
+                ("refine", "bi-aware"): (1, 1, math.sqrt(1.2 * 1.0), 7, 750, 1700),
+                ("evolve", "baseline"): (2, 1, math.sqrt(3.0 * 1.4), 2, 950, 2700),
+                ("evolve", "bi-aware"): (2, 2, math.sqrt(1.3 * 1.6), 2, 1000, 2700)}
+    for (style, mode), (correct, bi_pass, speedup, calls, tin, tout) in expected.items():
+        c = cell(summary, style, mode)
+        assert (c["correct"], c["bi_pass"], c["llm_calls"], c["input_tokens"], c["output_tokens"]) == \
+            (correct, bi_pass, calls, tin, tout)
+        assert c["bi_pass_rate"] == pytest.approx(bi_pass / 2, abs=1e-4)
+        assert c["geomean_speedup"] == pytest.approx(speedup, abs=1e-4)
+    assert summary["retention"] == pytest.approx({"refine": math.sqrt(1.2 / 1.6),
+                                                  "evolve": math.sqrt(1.3 * 1.6 / (3.0 * 1.4))}, abs=1e-4)
+
+
+def test_retention_only_for_styles_run_in_both_modes(tmp_path: Path) -> None:
+    loops = {k: v for k, v in LOOPS.items() if k[:2] != ("evolve", "bi-aware")}
+    summary = write_reports(make_run(tmp_path / "partial", loops))
+    assert len(summary["cells"]) == 3
+    assert set(summary["retention"]) == {"refine"}
+
+
+def test_best_speedup_curve_is_running_best_and_ends_at_the_summary(run_dir: Path) -> None:
+    run = load_run(run_dir)
+    curves = best_speedup_curves(run.candidates, run.task_results)
+    # refine/baseline: rms_norm 1.0 (rejected), 1.5, 2.0; softmax 1.0 (rejected), 0.8, 0.8.
+    assert curves["refine", "baseline", "replay"] == pytest.approx(
+        [1.0, math.sqrt(1.5 * 0.8), math.sqrt(2.0 * 0.8)])
+    # evolve/baseline keeps its best (3.0) when a slower one follows; the rejected ones do not count.
+    assert curves["evolve", "baseline", "replay"] == pytest.approx(
+        [math.sqrt(1.1 * 1.4), math.sqrt(3.0 * 1.4), math.sqrt(3.0 * 1.4)])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for c in summary["cells"]:
+        last = curves[c["style"], c["mode"], c["provider"]][-1]
+        assert last == pytest.approx(c["geomean_speedup"], abs=1e-4)
+
+
+def test_report_md_has_comparison_retention_rejections_and_tasks(run_dir: Path) -> None:
+    md = (run_dir / "report.md").read_text()
+    assert md.startswith("# Campaign `fixture-campaign`")
+    assert "| refine / bi-aware | 2 | 1/2 (50%) | 1/2 (50%) | 1.10× | 7 | 750 / 1700 |" in md
+    assert "| evolve / bi-aware | 2 | 2/2 (100%) | 2/2 (100%) | 1.44× |" in md
+    assert "| refine | 1.26× | 1.10× | 0.87 |" in md
+    assert "| evolve | 2.05× | 1.44× | 0.70 |" in md
+    # Rejections by gate and rule, counted per mode (baseline, bi-aware, total).
+    assert "| static | BI001 | 0 | 2 | 2 | BI001 fired here |" in md
+    assert "| static | BI003 | 0 | 1 | 1 |" in md
+    assert "| dynamic | mismatch | 0 | 2 | 2 | rows differ bitwise: batch 16, position 5;" in md
+    assert "| correctness | CR005 | 2 | 1 | 3 |" in md
+    assert "| extract | - | 1 | 0 | 1 | no code in the answer |" in md
+    assert "| benchmark | error | 1 | 0 | 1 | timed out after 60 s |" in md
+    assert "| compile | error | 1 | 1 | 2 | SyntaxError: invalid syntax (line 3) \\| expected" in md
+    # BI failures that baseline mode only observed.
+    observed = md.split("failed without rejecting")[1].split("## Per task")[0]
+    assert "| dynamic | mismatch | 2 | 0 | 2 |" in observed and "| static | BI002 | 1 | 0 | 1 |" in observed
+    assert "BI001" not in observed
+    tasks = md.split("## Per task")[1]
+    assert tasks.index("### rms_norm") < tasks.index("### softmax")
+    assert "| refine / bi-aware | no | no | - | - | 3 | 0 | 3 | 12.5 |" in tasks
+    assert "| evolve / baseline | yes | no | 3.00× | #2 | 3 | 3 | 1 | 12.5 |" in tasks
+    assert "![Best speedup so far, per style and mode](plot_best_speedup.png)" in md
+
+
+def test_report_html_is_self_contained(run_dir: Path) -> None:
+    html = (run_dir / "report.html").read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
+    assert "<script" not in html and "<link" not in html and "@import" not in html
+    assert "expected &lt;class &#39;int&#39;&gt;" in html  # text from the database is escaped
+    uris = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(uris) == 2
+    for data in uris:
+        assert Image.open(io.BytesIO(base64.b64decode(data))).format == "PNG"
+    for text in ("fixture-campaign", "BI001", "0.87", "rms_norm", "softmax", "1/2 (50%)"):
+        assert text in html
+
+
+def test_plots_are_valid_nonblank_pngs(run_dir: Path) -> None:
+    for name in ("plot_best_speedup.png", "plot_bi_pass_rate.png"):
+        image = Image.open(run_dir / name)
+        assert image.format == "PNG" and image.width > 400 and image.height > 300
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 20)
+        assert len(colours) > 20, name  # lines, bars and text, not a blank canvas
+
+
+def test_campaign_name_from_argument_then_campaign_file_then_directory(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "named-by-dir", {k: v for k, v in LOOPS.items() if k[0] == "refine"},
+                   campaign=False)
+    assert write_reports(run)["campaign"] == "named-by-dir"
+    assert write_reports(run, "given")["campaign"] == "given"
+    assert json.loads((run / "summary.json").read_text())["campaign"] == "given"
+
+
+def test_cli_report_rebuilds_the_reports(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "cli")
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    for name in ("summary.json", "report.md", "report.html", "plot_best_speedup.png",
+                 "plot_bi_pass_rate.png"):
+        assert (run / name).is_file(), name
+    assert "report.html" in result.output
+    assert len(json.loads((run / "summary.json").read_text())["cells"]) == 4
+
+
+@pytest.mark.parametrize("setup, message", [
+    ("missing", "holds no results.sqlite"),
+    ("empty", "holds no finished task yet"),
+    ("garbage", "cannot be read as a results database"),
+    ("not-a-dir", "is not a directory"),
+])
+def test_unusable_run_directory_is_a_one_line_error(tmp_path: Path, setup: str, message: str) -> None:
+    run = tmp_path / "run"
+    if setup == "not-a-dir":
+        run.write_text("")
+    else:
+        run.mkdir()
+    if setup == "empty":
+        Store(run / "results.sqlite").close()
+    if setup == "garbage":
+        (run / "results.sqlite").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ReportError, match=message):
+        write_reports(run)
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], result.output
+    if setup == "missing":
+        assert not (run / "results.sqlite").exists()  # reading a run never creates its database
