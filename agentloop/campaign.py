@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentloop.evaluation import EvalSettings, Stage
 from agentloop.prompts import MODES, Mode
 from agentloop.styles import STYLES, EvolveSettings, RefineSettings, Role, StyleName, TeamSettings
 from gates.contract import TaskError, load_suite
+from gates.yaml_file import one_line, read_mapping
 
 
 class CampaignError(ValueError):
@@ -130,28 +130,13 @@ class Campaign(_Strict):
                             compile_reference=self.evaluation.compile_reference)
 
 
-def _field_path(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def _one_line(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    # Drop pydantic's markers for dict keys and union branches ("[key]", "list[str]").
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
     if loc == ("tasks",) and err["type"] in ("list_type", "literal_error"):
         # The union (a list of names or "all") reports a branch's error; say what is allowed.
         return f"tasks: {err.get('input')!r} is not allowed (a list of task names, or \"all\")"
-    msg = err["msg"]
-    if err["type"] == "extra_forbidden":
-        msg = "unknown key"
-    elif err["type"] == "literal_error":
-        msg = f"{err.get('input')!r} is not allowed ({msg[msg.find('Input should be') + 16:]})"
-    elif msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    return f"{_field_path(loc) or '(top level)'}: {msg}"
+    return one_line(exc)
 
 
 def parse_campaign(raw: Any, where: str = "campaign") -> Campaign:
@@ -177,12 +162,5 @@ def parse_campaign(raw: Any, where: str = "campaign") -> Campaign:
 def load_campaign(path: str | Path) -> Campaign:
     """Load and validate a campaign file; CampaignError with a one-line message."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise CampaignError(f"{path}: cannot read campaign file ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise CampaignError(f"{path}:{where} not valid YAML") from None
+    raw = read_mapping(path, "campaign file", CampaignError)
     return parse_campaign(raw, str(path))

@@ -13,8 +13,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gates.yaml_file import one_line, read_mapping
 
 # "float" means the floating dtype the task is being run in (one of the task's `dtypes`).
 ArgDtype = Literal["float", "float32", "bfloat16", "float16", "int64", "int32", "int8", "bool"]
@@ -162,13 +163,6 @@ class Task(_Strict):
         return [self.dims_for(device, s) for s in (self.cpu_shapes if device == "cpu" else self.shapes)]
 
 
-def _field_path(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def _defined_functions(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     return {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
@@ -177,29 +171,11 @@ def _defined_functions(path: Path) -> set[str]:
 def load_task(path: str | Path) -> Task:
     """Load and validate one task file; raise TaskError with a one-line message."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise TaskError(f"{path}: cannot read task file ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise TaskError(f"{path}:{where} not valid YAML") from None
-    if not isinstance(raw, dict):
-        raise TaskError(f"{path}: a task file must be a mapping of keys")
+    raw = read_mapping(path, "task file", TaskError)
     try:
         task = Task.model_validate({**raw, "path": path})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = _field_path(err["loc"]) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif err["type"] == "literal_error":
-            msg = f"{err.get('input')!r} is not allowed ({msg[msg.find('Input should be') + 16:]})"
-        elif msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
-        raise TaskError(f"{path}: {field}: {msg}") from None
+        raise TaskError(f"{path}: {one_line(exc)}") from None
     if task.name != path.stem:
         raise TaskError(f"{path}: name: {task.name!r} must match the file name {path.stem!r}")
     ref = task.reference_path
