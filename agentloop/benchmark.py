@@ -25,6 +25,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from gates.contract import Task
+from gates.correctness import compare_outputs
 from gates.reference import as_outputs, make_inputs
 
 Clock = Literal["cuda_event", "cuda_graph", "perf_counter"]
@@ -337,32 +338,6 @@ def bench_dims(task: Task, device: str,
     return out
 
 
-def output_mismatch(task: Task, dtype: str, got: Any, want: Any) -> str | None:
-    """Why a candidate's outputs do not match the reference's within the task tolerance (one
-    line), or None when they match."""
-    got, want = as_outputs(got), as_outputs(want)
-    if len(got) != len(want):
-        return f"returned {len(got)} outputs, the reference returns {len(want)}"
-    tol = task.tolerance[dtype]
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        name = task.outputs[i].name if i < len(task.outputs) else str(i)
-        if not isinstance(g, torch.Tensor):
-            return f"output {name} is a {type(g).__name__}, not a tensor"
-        if g.shape != w.shape or g.dtype != w.dtype or g.device != w.device:
-            return (f"output {name} is {g.dtype} {tuple(g.shape)} on {g.device}, "
-                    f"expected {w.dtype} {tuple(w.shape)} on {w.device}")
-        if w.is_floating_point():
-            g32, w32 = g.float(), w.float()
-            bad = ~torch.isclose(g32, w32, atol=tol.atol, rtol=tol.rtol, equal_nan=True)
-            if bad.any():
-                diff = (g32 - w32).abs()[bad].nan_to_num(nan=math.inf).max().item()
-                return (f"output {name}: {int(bad.sum())} of {w.numel()} elements outside "
-                        f"atol={tol.atol:g} rtol={tol.rtol:g} (max abs diff {diff:.3g})")
-        elif not torch.equal(g, w):
-            return f"output {name}: {int((g != w).sum())} of {w.numel()} elements differ"
-    return None
-
-
 def clone_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of keyword arguments with every tensor cloned (cheaper than generating them again,
     and no function can see another's writes)."""
@@ -377,9 +352,9 @@ def recheck(candidate_fn: Callable, reference_fn: Callable, task: Task, dims_lis
         fresh = make_inputs(task, dims, dtype, seed + 7919 * (i + 1), device)
         want = reference_fn(**clone_inputs(fresh))
         got = candidate_fn(**fresh)
-        problem = output_mismatch(task, dtype, got, want)
+        problem = compare_outputs(task, dtype, as_outputs(got), as_outputs(want))
         if problem:
-            return f"wrong on fresh inputs after timing at {dims}: {problem}"
+            return f"wrong on fresh inputs after timing at {dims}: {problem[1]}"
     return None
 
 
