@@ -2,13 +2,15 @@
 candidate's measured label (manifest `gpu` / `cpu` field for the device, else `expected`).
 
     python bench/dynamic_gate.py [--device cpu|cuda] [--tasks a,b] [--runs 2] [--timeout S]
-                                 [--json OUT]
+                                 [--json OUT] [--plan]
 
 Each candidate runs in a sandbox worker; the gate runs `--runs` times in the same worker and
 the last run's time is reported as the gate time excluding the first compile (Triton's JIT and
 autotuning happen in the first run). The static gate's verdict is shown beside it, and "both"
 is the verdict of static and dynamic together. Prints a table, per-task medians and the overall
-median; the target on GPU is a median of at most 2 s per candidate.
+median; the target on GPU is a median of at most 2 s per candidate. `--plan` only prints the
+size of each task's plan on the CPU and the GPU (candidate calls, batch rows, generated
+elements), computed without a device.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from gates.audit import DEFAULT_TIMEOUT, default_device, static_result
 from gates.contract import TaskError, load_task, tasks_dir
 from gates.corpus import load_manifest, manifest_path
+from gates.dynamic import plan_size
 from gates.sandbox import Job, Sandbox
 
 
@@ -66,6 +69,21 @@ def bench_candidate(box: Sandbox, task, path: Path, runs: int, timeout: float) -
     return {"result": result, "error": error, "static": static, "cold": times[0], "warm": times[-1]}
 
 
+def print_plan_sizes(names: list[str]) -> None:
+    """Per task and device: candidate calls, batch rows and generated elements of one gate run
+    (the positive control repeats the calls on the same inputs)."""
+    print(f"{'task':<22} {'device':<6} {'calls':>6} {'rows':>7} {'generated elements':>19}")
+    for name in names:
+        try:
+            task = load_task(tasks_dir() / f"{name}.yaml")
+        except TaskError as exc:
+            print(f"skip {name}: {exc}")
+            continue
+        for device in ("cpu", "cuda"):
+            size = plan_size(task, device)
+            print(f"{name:<22} {device:<6} {size.calls:>6} {size.rows:>7} {size.generated:>19,}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,10 +93,14 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds per gate run (default: the audit's, 300 on CPU, 120 on CUDA)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--plan", action="store_true", help="print each task's plan size and exit")
     args = parser.parse_args()
+    names = args.tasks.split(",") if args.tasks else [p.stem for p in sorted(tasks_dir().glob("*.yaml"))]
+    if args.plan:
+        print_plan_sizes(names)
+        return
     device = args.device or default_device()
     timeout = args.timeout or DEFAULT_TIMEOUT[device]
-    names = args.tasks.split(",") if args.tasks else [p.stem for p in sorted(tasks_dir().glob("*.yaml"))]
     rows = []
     print(f"{'task':<22} {'candidate':<34} {'label':<18} {'static':<6} {'dynamic':<7} {'both':<6} "
           f"{'agrees':<6} {'cold s':>7} {'warm s':>7}  detail", flush=True)

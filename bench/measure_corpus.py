@@ -13,7 +13,10 @@ Per candidate, in the child:
   (b) batch invariance: a probe row computed alone (batch size 1) must come back bit for bit in
       every batch of a sweep of sizes, at the first / middle / last position, beside fresh random,
       zero and large rows, beside longer or tighter sequences for a ragged padded axis; a
-      permuted batch must permute its outputs; rows shared by two batch sizes must agree.
+      permuted batch must permute its outputs; rows shared by two batch sizes must agree. One
+      extra probe is probe 0 with near-ties planted (values within two ulps of each maximum
+      along the last axis of its floating inputs), which exposes batch-dependent comparisons
+      such as argmax keys; it is only compared with itself alone, never with the reference.
 Label: broken (did not run / incorrect), else variant (any bit differs), else invariant.
 """
 
@@ -50,7 +53,9 @@ MARK = "@@measure "
 CPU_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 16, 17, 33]
 CONTEXTS = ("random", "zeros", "large")
 PROBE_SEED, POOL_SEED, CORRECT_SEED = 11, 12, 1
-PROBES = 4
+PROBES = 4  # generated probe rows; one more, the near-tie probe, is derived from probe 0
+NEAR_TIE = PROBES  # its index among the probes
+ULPS = (-2, -1, 0, 1, 2)  # planted near-ties: ulps from the row maximum
 CACHE = os.environ.get("MEASURE_CORPUS_CACHE")  # set by the parent for its children
 HEARTBEAT = lambda phase, note: None  # noqa: E731 - the child's progress reporter, once it runs
 GEN_ELEMENTS = 2**26  # distinct pool rows generated per pool; more rows repeat them (fast start)
@@ -216,6 +221,32 @@ def _pool(task: Task, dims: dict[str, int], rows: int, dtype: str, seed: int, de
     return {a.name: gen[a.name][idx] if a.batched else gen[a.name] for a in task.args}
 
 
+def with_near_ties(t: torch.Tensor, seed: int) -> torch.Tensor:
+    """A copy of one batched row where every vector along the last axis gets, at random other
+    positions (in increasing order of value), copies of its maximum and values one and two ulps
+    below and above it. Generated inputs hold exact ties at most; a kernel whose comparisons
+    (argmax keys, top-k) depend on the batch may resolve values this close differently."""
+    n = t.shape[-1]
+    vec = t.detach().to("cpu", copy=True).reshape(-1, n)
+    if n < 2 or not vec.is_floating_point():
+        return t.clone()
+    k = min(len(ULPS), n - 1)
+    # Fewer slots than ULPS (short axes): one ulp above first, then the exact tie, then the rest.
+    chosen = sorted(sorted(ULPS, key=lambda u: (abs(u - 0.5), -u))[:k])
+    hi = vec.max(dim=-1, keepdim=True)
+    rank = torch.rand(vec.shape, generator=torch.Generator().manual_seed(seed))
+    rank.scatter_(1, hi.indices, float("inf"))  # keep the maximum where it is
+    where = rank.argsort(dim=-1)[:, :k].sort(dim=-1).values
+
+    def step(x: torch.Tensor, ulps: int) -> torch.Tensor:
+        for _ in range(abs(ulps)):
+            x = torch.nextafter(x, torch.full_like(x, math.copysign(math.inf, ulps)))
+        return x
+
+    vec.scatter_(1, where, torch.cat([step(hi.values, u) for u in chosen], dim=1))
+    return vec.reshape(t.shape).to(t.device)
+
+
 class BatchMaker:
     """Builds batches of size B that hold probe rows (from a separate seed) at the first, middle
     and last positions, beside co-batched rows of one context. Several probes, so that a
@@ -245,6 +276,10 @@ class BatchMaker:
                 plens = self.probes[lens]
                 for j in range(0, PROBES, 2):
                     plens[j] = min(int(plens[j]), max(1, self.L0 // 8))
+        # The near-tie probe: probe 0 with near-ties planted in its floating inputs, compared
+        # only with itself computed alone (never with the reference).
+        self.probes = {name: torch.cat([t, with_near_ties(t[:1], PROBE_SEED + k)])
+                       for k, (name, t) in enumerate(self.probes.items())}
 
     @property
     def contexts(self) -> tuple[str, ...]:
@@ -262,7 +297,7 @@ class BatchMaker:
     @staticmethod
     def slots(size: int) -> dict[int, int]:
         """Position -> probe index; probes rotate with the size so each sits at every position."""
-        return {pos: (i + size) % PROBES for i, pos in enumerate(sorted({0, size // 2, size - 1}))}
+        return {pos: (i + size) % (PROBES + 1) for i, pos in enumerate(sorted({0, size // 2, size - 1}))}
 
     def build(self, size: int, ctx: str) -> tuple[dict, dict[int, int]] | None:
         """The batch's keyword arguments and its probe slots; None if ctx does not apply."""
@@ -402,7 +437,7 @@ class Oracle:
 
     def _alone(self, mk: BatchMaker, dtype: str) -> list[tuple]:
         """Each probe's outputs computed by itself; probe 0 repeated, which must not change."""
-        alone = [self.call(mk.alone(j)) for j in range(PROBES)]
+        alone = [self.call(mk.alone(j)) for j in range(PROBES + 1)]
         for rep in range(2):
             again = self.call(mk.alone(0))
             for k, (a, b) in enumerate(zip(alone[0], again, strict=True)):
@@ -419,7 +454,8 @@ class Oracle:
             if bit_diff(got[k][list(slots)], want):
                 i = _first_row(got[k][list(slots)], want)
                 pos, j = list(slots.items())[i]
-                raise Variant(f"out[{k}] {dtype} B={size} pos={pos} ctx={ctx}: probe {j} vs alone (B=1): "
+                probe = f"near-tie probe {j}" if j == NEAR_TIE else f"probe {j}"
+                raise Variant(f"out[{k}] {dtype} B={size} pos={pos} ctx={ctx}: {probe} vs alone (B=1): "
                               f"{bit_diff(got[k][pos:pos + 1], want[i:i + 1])}")
 
     def sweep(self, makers: dict[str, BatchMaker], sizes: list[int]) -> str:

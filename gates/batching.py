@@ -5,10 +5,16 @@ on: probe rows at the first, middle and last positions; co-batched rows that are
 zeros, large in magnitude or (for ragged tasks such as decode_attention) longer sequences that
 grow the padded length L; a permuted batch; a repeated call. `RowPools` generates the rows with
 the reference's `make_inputs` and splices each context's batch out of them along the batch axis.
+
+Besides the generated probes there is one near-tie probe: a probe row with a few elements set
+to within two ulps of the row maximum along the last axis of each floating input, so that a
+kernel whose comparisons (argmax keys, top-k) depend on the batch shows it. Generated inputs
+hold exact ties at most, never values a few ulps apart.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -16,7 +22,7 @@ from typing import Any, Literal
 
 import torch
 
-from gates.contract import Task
+from gates.contract import Arg, Task
 from gates.reference import make_inputs
 
 ContextKind = Literal["alone", "repeat", "padding", "batch", "zeros", "large", "long", "permuted"]
@@ -26,9 +32,17 @@ random rows; zeros / large / long: probes among rows of zeros, of large magnitud
 sequences; permuted: a batch with its rows reordered."""
 
 PROBES = 3
+"""Probe positions in a batch (first, middle, last), and generated probe rows."""
+NEAR_TIE = PROBES
+"""Probe id of the near-tie probe, the last probe row."""
+PROBE_ROWS = PROBES + 1
+NEAR_TIE_STEPS = (-2, -1, 0, 1, 2)
+"""Ulps from the row maximum of the planted near-ties, lowest first."""
+NOISE_ROWS = 8
+"""Distinct rows of padding garbage for a ragged task, cycled over batch positions."""
 LARGE_SCALE = 1000.0
 CPU_BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 17, 32, 33)
-CUDA_BATCH_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 16, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512)
+CUDA_BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512)
 
 
 class HarnessError(RuntimeError):
@@ -38,7 +52,7 @@ class HarnessError(RuntimeError):
 def batch_sizes(task: Task, device: str) -> list[int]:
     """Batch sizes the dynamic gate calls the candidate with: the task's `bi` override, else
     a small set on CPU and, on GPU, sizes straddling library thresholds up to the task's largest
-    batch plus the task's own large batches."""
+    batch plus the task's largest batch above 512."""
     override = task.bi.cpu_batch_sizes if device == "cpu" else task.bi.cuda_batch_sizes
     if override:
         return sorted(set(override) | {1})
@@ -46,7 +60,7 @@ def batch_sizes(task: Task, device: str) -> list[int]:
         return list(CPU_BATCH_SIZES)
     task_sizes = {s[task.batch_axis] for s in task.shapes}
     largest = max(task_sizes)
-    return sorted({b for b in CUDA_BATCH_SIZES if b <= largest} | {b for b in task_sizes if b > 512} | {1})
+    return sorted({b for b in CUDA_BATCH_SIZES if b <= largest} | {largest} | {1})
 
 
 def gate_dtypes(task: Task, device: str) -> list[str]:
@@ -111,7 +125,8 @@ def _probe_positions(b: int) -> list[int]:
 
 def _probe_batch(kind: ContextKind, b: int, pool: str, rotation: int) -> Context:
     slots = [Slot(pool, i) for i in range(b)]
-    ids = [(rotation + j) % PROBES for j in range(PROBES)]
+    # Three of the probe rows per batch, rotating, so each probe visits each position.
+    ids = [(rotation + j) % PROBE_ROWS for j in range(PROBES)]
     probes = {}
     for pos, pid in zip(_probe_positions(b), ids, strict=False):
         slots[pos] = Slot("probe", pid)
@@ -131,16 +146,21 @@ def content_sizes(sizes: list[int], compact: bool = False) -> list[int]:
     return sorted({small, other})
 
 
-def plan_contexts(sizes: list[int], *, ragged: bool, repeat_each_size: bool, repeats: int,
-                  permute_size: int | None = None, compact: bool = False, seed: int = 0) -> list[Context]:
+def plan_contexts(sizes: list[int], *, ragged: bool, repeat_each_size: bool = False, repeats: int = 0,
+                  permute_size: int | None = None, compact: bool = False, contents: int = 2,
+                  permute: bool = True, extras: bool = True, seed: int = 0) -> list[Context]:
     """The ordered contexts of one dynamic-gate run; the first counterexample ends the run.
 
-    The permuted batch and the `repeats` repeated calls use the largest batch of at most
-    `permute_size` rows (default: the largest); `compact` picks smaller content sizes."""
-    plan = [Context("alone", [Slot("probe", p)], {0: p}) for p in range(PROBES)]
-    plan.append(Context("repeat", [Slot("probe", 0)], {0: 0}))
-    if ragged:
-        plan.append(Context("padding", [Slot("probe", 0)], {0: 0}, extra_padding=True))
+    Each probe alone, then (`extras`) probe 0 repeated and, if ragged, with extra padding; a
+    batch of every size; zeros / large (/ long) co-batched content at the last `contents` of
+    `content_sizes`; with `permute`, a permuted batch and `repeats` repeated calls of the
+    largest batch of at most `permute_size` rows (default: the largest). `compact` picks
+    smaller content sizes."""
+    plan = [Context("alone", [Slot("probe", p)], {0: p}) for p in range(PROBE_ROWS)]
+    if extras:
+        plan.append(Context("repeat", [Slot("probe", 0)], {0: 0}))
+        if ragged:
+            plan.append(Context("padding", [Slot("probe", 0)], {0: 0}, extra_padding=True))
     largest_at = None
     for i, b in enumerate(b for b in sizes if b > 1):
         plan.append(_probe_batch("batch", b, "random", i))
@@ -148,10 +168,11 @@ def plan_contexts(sizes: list[int], *, ragged: bool, repeat_each_size: bool, rep
             largest_at = len(plan) - 1
         if repeat_each_size:
             plan.append(Context("repeat", plan[-1].slots, base=len(plan) - 1, order=list(range(b))))
-    for i, b in enumerate(content_sizes(sizes, compact)):
+    content = content_sizes(sizes, compact)[-contents:] if contents > 0 else []
+    for i, b in enumerate(content):
         for kind in ("zeros", "large", "long") if ragged else ("zeros", "large"):
             plan.append(_probe_batch(kind, b, kind, i + 1))
-    if largest_at is not None:
+    if largest_at is not None and permute:
         base = plan[largest_at]
         b = base.batch_size
         order = list(range(b))
@@ -164,6 +185,84 @@ def plan_contexts(sizes: list[int], *, ragged: bool, repeat_each_size: bool, rep
     return plan
 
 
+def padded_args(task: Task) -> dict[str, int]:
+    """Batched tensor arguments with a padded axis, and that axis' index."""
+    return {a.name: a.axes.index(a.padded_axis) for a in task.args
+            if a.kind == "tensor" and a.batched and a.padded_axis}
+
+
+def is_ragged(task: Task, device: str) -> bool:
+    """Whether batches pad rows to the longest one along a padded axis (decode_attention's L)."""
+    return bool(task.ragged and padded_args(task) and next(iter(task.ragged)) in task.dims_for(device, {}))
+
+
+def pool_rows(plan: list[Context]) -> dict[str, int]:
+    """Rows each pool needs for the plan (the probe pool always holds every probe row)."""
+    rows = {"probe": PROBE_ROWS}
+    for ctx in plan:
+        for slot in ctx.slots:
+            rows[slot.pool] = max(rows.get(slot.pool, 0), slot.row + 1)
+    return rows
+
+
+def plan_elements(task: Task, device: str, plan: list[Context]) -> int:
+    """Elements `RowPools` generates for the plan, from the task's dims alone (no generation,
+    so a GPU plan can be sized on any machine); padding garbage counted at its widest."""
+    dims = task.dims_for(device, {})
+    rows = pool_rows(plan)
+    ragged = is_ragged(task, device)
+    padded_axis = next(iter(task.ragged)) if ragged else None
+    batched = [a for a in task.args if a.kind == "tensor" and a.batched]
+
+    def row(arg: Arg, **over: int) -> int:
+        return math.prod({**dims, **over}[axis] for axis in arg.axes[1:])
+
+    total = 0
+    for pool, n in rows.items():
+        over = {padded_axis: 2 * dims[padded_axis]} if pool == "long" else {}
+        total += n * sum(row(a, **over) for a in batched)
+    if ragged:
+        widest = 2 * dims[padded_axis] + 5
+        total += NOISE_ROWS * sum(row(a, **{padded_axis: widest}) for a in batched if a.padded_axis)
+    return total
+
+
+def plant_near_ties(tensor: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A copy of `tensor` where, along its last axis, a few elements other than the maximum are
+    set to the maximum and to one and two ulps below and above it (in the tensor's dtype),
+    larger values at later positions so that merging them moves the argmax to an earlier one."""
+    n = tensor.shape[-1]
+    k = min(len(NEAR_TIE_STEPS), n - 1)
+    # With little room, the most telling first: one ulp above the maximum, then an exact tie.
+    steps = sorted(sorted(NEAR_TIE_STEPS, key=lambda s: (abs(s - 0.5), -s))[:k])
+    flat = tensor.detach().cpu().reshape(-1, n).clone()
+    top = flat.argmax(-1, keepdim=True)
+    peak = flat.gather(1, top)
+    ladder = {0: peak}
+    for sign in (-1, 1):
+        value, toward = peak, torch.full_like(peak, sign * float("inf"))
+        for step in range(1, max(abs(s) for s in NEAR_TIE_STEPS) + 1):
+            value = torch.nextafter(value, toward)
+            ladder[sign * step] = value
+    scores = torch.rand(flat.shape, generator=generator)
+    scores.scatter_(1, top, 2.0)  # never the maximum's own position
+    positions = scores.argsort(-1)[:, :k].sort(-1).values
+    flat.scatter_(1, positions, torch.cat([ladder[s] for s in steps], 1))
+    return flat.view(tensor.shape).to(tensor.device)
+
+
+def near_tie_row(rows: dict[str, torch.Tensor], seed: int = 0) -> dict[str, torch.Tensor]:
+    """The first of these batched rows with near-ties planted in every floating input that
+    has a last axis of two or more (integer inputs, such as lengths or ids, unchanged)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, value in rows.items():
+        row = value[:1]
+        planted = row.is_floating_point() and row.dim() > 1 and row.shape[-1] > 1
+        out[name] = plant_near_ties(row, gen) if planted else row.clone()
+    return out
+
+
 @dataclass
 class Batch:
     """The entry's positional arguments for one context."""
@@ -174,52 +273,84 @@ class Batch:
 
 
 class RowPools:
-    """Generated rows, by pool name: "probe" (also the source of every unbatched input),
-    "random", "zeros", "large" and, for ragged tasks, "long"."""
+    """Generated rows, by pool name: "probe" (also the source of every unbatched input; the
+    generated probes and the near-tie probe), "random", "zeros", "large" and, for ragged tasks,
+    "long", each as many rows as the plan uses; for ragged tasks, padding garbage too."""
 
     _cache: OrderedDict[tuple, RowPools] = OrderedDict()
     CACHED = 4
 
     @classmethod
-    def cached(cls, task: Task, device: str, dtype: str, sizes: list[int], seed: int = 0) -> RowPools:
+    def cached(cls, task: Task, device: str, dtype: str, plan: list[Context], seed: int = 0) -> RowPools:
         """The pools for these settings, generated once per worker: the reference's input
         generator can take seconds at GPU sizes, and batches are always spliced copies."""
         key = (task.model_dump_json(), str(task.reference_path), task.reference_path.stat().st_mtime_ns,
-               device, dtype, tuple(sizes), seed)
+               device, dtype, tuple(sorted(pool_rows(plan).items())), seed)
         if key in cls._cache:
             cls._cache.move_to_end(key)
             return cls._cache[key]
-        pools = cls(task, device, dtype, sizes, seed)
+        pools = cls(task, device, dtype, plan, seed)
         cls._cache[key] = pools
         while len(cls._cache) > cls.CACHED:
             cls._cache.popitem(last=False)
         return pools
 
-    def __init__(self, task: Task, device: str, dtype: str, sizes: list[int], seed: int = 0) -> None:
+    def __init__(self, task: Task, device: str, dtype: str, plan: list[Context], seed: int = 0) -> None:
         self.task, self.device, self.dtype = task, device, dtype
         self.dims = task.dims_for(device, {})
         axis = task.batch_axis
-        self.padded = {a.name: a.axes.index(a.padded_axis) for a in task.args
-                       if a.kind == "tensor" and a.batched and a.padded_axis}
+        rows = pool_rows(plan)
+        self.padded = padded_args(task)
         self.length_arg = next(iter(task.ragged.values())) if task.ragged else None
         padded_axis = next(iter(task.ragged)) if task.ragged else None
-        self.ragged = bool(self.length_arg and self.padded and padded_axis in self.dims)
+        self.ragged = is_ragged(task, device)
         gen = lambda n, s, **over: make_inputs(task, {**self.dims, axis: n, **over}, dtype, s, device)
         self.unbatched = gen(PROBES, seed)
-        self.pools: dict[str, dict[str, torch.Tensor]] = {"probe": self._batched(self.unbatched)}
-        random_rows = self._batched(gen(max(sizes + content_sizes(sizes)), seed + 1))
-        self.pools["random"] = random_rows
-        scaled = lambda factor: {k: v * factor if self._scaled(k, v) else v for k, v in random_rows.items()}
-        self.pools["zeros"] = scaled(0.0)
-        self.pools["large"] = scaled(LARGE_SCALE)
+        probes = self._batched(self.unbatched)
+        planted = near_tie_row(probes, seed)
+        self.pools: dict[str, dict[str, torch.Tensor]] = {
+            "probe": {k: torch.cat([v, planted[k]]) for k, v in probes.items()}}
+        n_random = max(rows.get(p, 0) for p in ("random", "zeros", "large"))
+        if n_random:
+            random_rows = self._batched(gen(n_random, seed + 1))
+            if "random" in rows:
+                self.pools["random"] = {k: v[:rows["random"]] for k, v in random_rows.items()}
+            # Zeros and large rows are the first random rows scaled: only as many as the plan uses.
+            scaled = lambda n, factor: {k: v[:n] * factor if self._scaled(k, v) else v[:n]
+                                        for k, v in random_rows.items()}
+            for pool, factor in (("zeros", 0.0), ("large", LARGE_SCALE)):
+                if pool in rows:
+                    self.pools[pool] = scaled(rows[pool], factor)
+        self.noise: dict[str, torch.Tensor] = {}
         if self.ragged:
             longer = 2 * self.dims[padded_axis]
-            rows = self._batched(gen(max(content_sizes(sizes)), seed + 2, **{padded_axis: longer}))
-            # Every long row is valid up to the full extent, so the padded length surely grows.
-            rows[self.length_arg] = torch.full_like(rows[self.length_arg], longer)
-            self.pools["long"] = rows
-        self.lengths = {name: pool[self.length_arg].tolist() for name, pool in self.pools.items()} \
-            if self.ragged else {}
+            if "long" in rows:
+                long_rows = self._batched(gen(rows["long"], seed + 2, **{padded_axis: longer}))
+                # Every long row is valid up to the full extent, so the padded length surely grows.
+                long_rows[self.length_arg] = torch.full_like(long_rows[self.length_arg], longer)
+                self.pools["long"] = long_rows
+            self.lengths = {name: pool[self.length_arg].tolist() for name, pool in self.pools.items()}
+            # Padding garbage, generated once and reused by every batch: wide enough for the
+            # long rows and for a probe alone with extra padding (twice its length plus five).
+            longest = max(max(v) for v in self.lengths.values())
+            extent = max(longer + 5, longest, 2 * max(self.lengths["probe"]) + 5)
+            noise_gen = torch.Generator(device=device).manual_seed(seed + 3)
+            for name, ax in self.padded.items():
+                like = self.pools["probe"][name]
+                shape = [NOISE_ROWS, *like.shape[1:]]
+                shape[ax] = extent
+                if like.is_floating_point():
+                    self.noise[name] = torch.randn(shape, generator=noise_gen, device=device).to(like.dtype)
+                else:
+                    self.noise[name] = torch.zeros(shape, dtype=like.dtype, device=device)
+        else:
+            self.lengths = {}
+
+    @property
+    def generated_elements(self) -> int:
+        """Elements of every generated tensor kept for the plan: pools and padding garbage."""
+        tensors = [t for pool in self.pools.values() for t in pool.values()] + list(self.noise.values())
+        return sum(t.numel() for t in tensors)
 
     def _batched(self, kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
         return {a.name: kwargs[a.name] for a in self.task.args if a.kind == "tensor" and a.batched}
@@ -230,14 +361,13 @@ class RowPools:
     def row_length(self, slot: Slot) -> int | None:
         return self.lengths[slot.pool][slot.row] if self.ragged else None
 
-    def build(self, context: Context, seed: int = 0) -> Batch:
-        """Splice the context's batch together along the batch axis; padding positions get
-        fresh random values, so a kernel that reads them shows up as batch-variant."""
+    def build(self, context: Context) -> Batch:
+        """Splice the context's batch together along the batch axis; padding positions hold
+        random garbage, so a kernel that reads them shows up as batch-variant."""
         extent = None
         if self.ragged:
             lengths = [self.row_length(s) for s in context.slots]
             extent = max(lengths) * 2 + 5 if context.extra_padding else max(lengths)
-        gen = torch.Generator(device=self.device).manual_seed(seed)
         args = []
         for arg in self.task.args:
             if arg.kind == "scalar":
@@ -247,32 +377,29 @@ class RowPools:
                 # A copy, so a candidate that writes to it cannot change later contexts.
                 args.append(value.clone() if isinstance(value, torch.Tensor) else value)
             else:
-                args.append(self._splice(arg.name, context.slots, extent, gen))
+                args.append(self._splice(arg.name, context.slots, extent))
         batch = Batch(args, extent)
         self._check_probes(context, batch)
         return batch
 
-    def _splice(self, name: str, slots: list[Slot], extent: int | None, gen: torch.Generator) -> torch.Tensor:
+    def _splice(self, name: str, slots: list[Slot], extent: int | None) -> torch.Tensor:
         first = self.pools[slots[0].pool][name]
         shape = [len(slots), *first.shape[1:]]
         axis = self.padded.get(name) if self.ragged else None
-        if axis is not None:
-            shape[axis] = extent
-        out = torch.empty(shape, dtype=first.dtype, device=first.device)
         groups: dict[str, tuple[list[int], list[int]]] = {}
         for pos, slot in enumerate(slots):
             positions, rows = groups.setdefault(slot.pool, ([], []))
             positions.append(pos)
             rows.append(slot.row)
         if axis is None:
+            out = torch.empty(shape, dtype=first.dtype, device=first.device)
             for pool, (positions, rows) in groups.items():
                 out[self._index(positions)] = self.pools[pool][name][self._index(rows)]
             return out
-        if first.is_floating_point():
-            padding = torch.randn(shape, generator=gen, device=self.device).to(first.dtype)
-        else:
-            padding = torch.zeros(shape, dtype=first.dtype, device=self.device)
-        out.copy_(padding)
+        # Garbage row (position mod NOISE_ROWS) everywhere first, then each row's data.
+        cycle = self._index([p % NOISE_ROWS for p in range(len(slots))])
+        padding = self.noise[name].narrow(axis, 0, extent).index_select(0, cycle)
+        out = padding.clone()
         for pool, (positions, rows) in groups.items():
             src = self.pools[pool][name][self._index(rows)]
             m = min(src.shape[axis], extent)

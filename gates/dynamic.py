@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from pydantic import BaseModel
 
 from gates.batching import (
+    NEAR_TIE,
     Context,
     HarnessError,
     RowPools,
@@ -24,7 +26,9 @@ from gates.batching import (
     batch_sizes,
     content_sizes,
     gate_dtypes,
+    is_ragged,
     plan_contexts,
+    plan_elements,
 )
 from gates.contract import Task
 from gates.reference import as_outputs, reference_fn
@@ -47,12 +51,12 @@ def dynamic_gate(fn: Callable, task: Task, device: str, *, sizes: list[int] | No
     start = time.perf_counter()
     sizes = sizes or batch_sizes(task, device)
     result = lambda **kw: GateResult(gate="dynamic", seconds=time.perf_counter() - start, **kw)
-    for dtype in dtypes or gate_dtypes(task, device):
+    for k, dtype in enumerate(dtypes or gate_dtypes(task, device)):
+        plan = gate_plan(task, device, sizes, first_dtype=k == 0, seed=seed)
         try:
-            pools = RowPools.cached(task, device, dtype, sizes, seed)
+            pools = RowPools.cached(task, device, dtype, plan, seed)
         except Exception as exc:  # noqa: BLE001 - the task's own input generator failed
             return result(passed=False, error=f"cannot generate {dtype} inputs: {describe_exception(exc)}")
-        plan = plan_contexts(sizes, ragged=pools.ragged, **plan_settings(sizes, device), seed=seed)
         control = run_contexts(batch_variant_copy(task), task, plan, pools, dtype)
         if control.counterexample is None:
             why = control.error or "no difference found"
@@ -67,15 +71,50 @@ def dynamic_gate(fn: Callable, task: Task, device: str, *, sizes: list[int] | No
     return result(passed=True)
 
 
-def plan_settings(sizes: list[int], device: str) -> dict:
-    """On GPU: repeat every batch (atomics make runs differ only sometimes) and permute the
-    largest. On CPU the interpreter runs programs one at a time, so one repeat of the row alone
-    shows kept state, and small batches show content and position effects at a fraction of the
-    cost."""
-    if device != "cpu":
-        return {"repeat_each_size": True, "repeats": 3}
-    return {"repeat_each_size": False, "repeats": 0, "compact": True,
-            "permute_size": content_sizes(sizes, compact=True)[-1]}
+def gate_plan(task: Task, device: str, sizes: list[int], *, first_dtype: bool = True,
+              seed: int = 0) -> list[Context]:
+    """The contexts for one dtype.
+
+    CPU: the interpreter runs programs one at a time, so one repeat of the row alone shows kept
+    state, and small batches show content and position effects at a fraction of the cost.
+    GPU, first dtype (float32): every batch size, zeros / large (/ long) content at one middle
+    size, the largest batch permuted and repeated (atomics make runs differ only sometimes).
+    GPU, later dtypes: each probe alone and batches at every fourth size and the largest, so
+    that dtype-dependent launch choices still show at a quarter of the calls."""
+    ragged = is_ragged(task, device)
+    if device == "cpu":
+        return plan_contexts(sizes, ragged=ragged, compact=True,
+                             permute_size=content_sizes(sizes, compact=True)[-1], seed=seed)
+    if first_dtype:
+        return plan_contexts(sizes, ragged=ragged, contents=1, repeats=1, seed=seed)
+    batched = [b for b in sizes if b > 1]
+    spaced = sorted({1, *batched[::4], *batched[-1:]})
+    return plan_contexts(spaced, ragged=ragged, contents=0, permute=False, extras=False, seed=seed)
+
+
+class PlanSize(BaseModel):
+    """What one dynamic-gate run asks of the device, summed over its dtypes (the positive
+    control makes as many calls again, on the same inputs)."""
+
+    calls: int
+    """Candidate calls, one per context."""
+    rows: int
+    """Batch rows passed in all those calls."""
+    generated: int
+    """Elements of generated inputs (row pools and padding garbage)."""
+
+
+def plan_size(task: Task, device: str, seed: int = 0) -> PlanSize:
+    """The size of the dynamic gate's plan for this task and device, computed without running
+    or generating anything (so a GPU plan can be sized on a CPU)."""
+    sizes = batch_sizes(task, device)
+    calls = rows = generated = 0
+    for k, _ in enumerate(gate_dtypes(task, device)):
+        plan = gate_plan(task, device, sizes, first_dtype=k == 0, seed=seed)
+        calls += len(plan)
+        rows += sum(c.batch_size for c in plan)
+        generated += plan_elements(task, device, plan)
+    return PlanSize(calls=calls, rows=rows, generated=generated)
 
 
 def dynamic_job(candidate: str, task: Task, device: str, seed: int = 0) -> GateResult:
@@ -166,7 +205,7 @@ def run_contexts(fn: Callable, task: Task, plan: list[Context], pools: RowPools,
     matched: list[int] = []
     for index, ctx in enumerate(plan):
         b = ctx.batch_size
-        batch = pools.build(ctx, seed=index)
+        batch = pools.build(ctx)
         base = plan[ctx.base] if ctx.base is not None else None
         suffix = f" [{dtype}, {_dims_text(pools, batch.extent)}]"
 
@@ -199,6 +238,9 @@ def run_contexts(fn: Callable, task: Task, plan: list[Context], pools: RowPools,
                     pos = positions[diff[0]]
                     pid = ctx.probes[pos]
                     alone = "" if ref_extent[pid] is None else f"; padded length {ref_extent[pid]} alone"
+                    if pid == NEAR_TIE:
+                        alone += ("; the near-tie probe: a few values within two ulps of each row's "
+                                  "maximum along the last axis")
                     context = f"{where(pos)}{alone}; identical before in batches of {_sizes_text(matched)}"
                     found = Counterexample(output=i, row=pid, batch_size=b, position=pos,
                                            reference_batch_size=1, max_abs_diff=diff[2],

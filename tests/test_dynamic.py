@@ -9,21 +9,26 @@ import torch
 from gates import batching, dynamic
 from gates.batching import (
     CPU_BATCH_SIZES,
+    NEAR_TIE,
+    PROBE_ROWS,
     PROBES,
     HarnessError,
     RowPools,
     as_bits,
     batch_sizes,
     content_sizes,
+    near_tie_row,
     plan_contexts,
+    plan_elements,
 )
 from gates.contract import BISettings, get_task
-from gates.dynamic import dynamic_gate
+from gates.dynamic import dynamic_gate, gate_plan, plan_size
 from gates.feedback import render_counterexample
 from gates.sandbox import candidate_entry
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RMS = get_task("rms_norm")
+GREEDY = get_task("greedy_sample")
 DECODE = get_task("decode_attention").model_copy(update={
     "cpu_dims": {"Hq": 2, "Hk": 1, "D": 16, "L": 24},
     "bi": BISettings(cpu_batch_sizes=[1, 2, 5])})
@@ -102,7 +107,7 @@ def test_bitwise_comparison_of_special_values():
 def test_batch_sizes_scale_with_the_device_and_the_task():
     assert batch_sizes(RMS, "cpu") == list(CPU_BATCH_SIZES)
     gpu = batch_sizes(RMS, "cuda")
-    assert {1, 8, 16, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 2048, 4096} <= set(gpu)
+    assert {1, 8, 16, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 4096} <= set(gpu)
     assert batch_sizes(DECODE, "cpu") == [1, 2, 5]
     decode = get_task("decode_attention")
     assert max(batch_sizes(decode, "cuda")) == max(s["B"] for s in decode.shapes)
@@ -113,8 +118,9 @@ def test_probes_sit_first_middle_and_last_and_rotate():
     batches = [c for c in plan if c.kind == "batch"]
     assert [sorted(c.probes) for c in batches] == [[0, 1], [0, 4, 7], [0, 4, 8]]
     assert batches[1].probes[0] != batches[2].probes[0]  # each probe visits each position
+    assert any(NEAR_TIE in c.probes.values() for c in batches)
     kinds = [c.kind for c in plan]
-    assert kinds[:PROBES] == ["alone"] * PROBES and "permuted" in kinds and kinds[-1] == "repeat"
+    assert kinds[:PROBE_ROWS] == ["alone"] * PROBE_ROWS and "permuted" in kinds and kinds[-1] == "repeat"
     permuted = next(c for c in plan if c.kind == "permuted")
     assert permuted.order != list(range(9)) and sorted(permuted.order) == list(range(9))
     for c in plan:
@@ -124,16 +130,16 @@ def test_probes_sit_first_middle_and_last_and_rotate():
 
 def test_long_context_grows_the_padded_length_and_keeps_probe_bytes():
     sizes = [1, 2, 5]
-    pools = RowPools(DECODE, "cpu", "float32", sizes)
     plan = plan_contexts(sizes, ragged=True, repeat_each_size=False, repeats=1)
-    alone = pools.build(plan[0])
+    pools = RowPools(DECODE, "cpu", "float32", plan)
     long = next(c for c in plan if c.kind == "long")
-    batch = pools.build(long, seed=1)
-    probe_len = pools.row_length(plan[0].slots[0])
+    pos, pid = next(iter(long.probes.items()))
+    alone = pools.build(plan[pid])
+    batch = pools.build(long)
+    probe_len = pools.row_length(plan[pid].slots[0])
     assert alone.extent == probe_len
     assert batch.extent == 2 * DECODE.cpu_dims["L"] > probe_len
     k_alone, k_batch = alone.args[1], batch.args[1]
-    pos = next(p for p, pid in long.probes.items() if pid == 0)
     assert torch.equal(k_batch[pos, :probe_len], k_alone[0])
     # The padding behind the probe is fresh random data, not the probe pool's.
     assert not torch.equal(k_batch[pos, probe_len:probe_len + 4], torch.zeros_like(k_batch[pos, :4]))
@@ -141,8 +147,8 @@ def test_long_context_grows_the_padded_length_and_keeps_probe_bytes():
 
 
 def test_splicing_errors_are_caught_by_the_harness(monkeypatch):
-    pools = RowPools(RMS, "cpu", "float32", [1, 2])
     plan = plan_contexts([1, 2], ragged=False, repeat_each_size=False, repeats=1)
+    pools = RowPools(RMS, "cpu", "float32", plan)
     splice = batching.RowPools._splice
     monkeypatch.setattr(batching.RowPools, "_splice", lambda self, *a: splice(self, *a).roll(1, 0))
     with pytest.raises(HarnessError):
@@ -153,3 +159,63 @@ def test_content_sizes_leave_room_for_co_batched_rows():
     assert content_sizes([1, 2, 3]) == [4]
     assert content_sizes(list(CPU_BATCH_SIZES), compact=True) == [5, 8]
     assert all(b > PROBES for b in content_sizes(list(CPU_BATCH_SIZES)))
+
+
+def test_near_tie_probe_exposes_a_batch_wide_argmax_scale():
+    cx = dynamic_gate(entry(GREEDY, "batch_scale_argmax"), GREEDY, "cpu").counterexample
+    assert cx is not None and cx.row == NEAR_TIE and "near-tie probe" in cx.context
+    assert dynamic_gate(entry(GREEDY, "row_scale_argmax"), GREEDY, "cpu").passed
+
+
+def test_without_the_near_tie_probe_the_batch_wide_scale_goes_unseen(monkeypatch):
+    # The near-tie row replaced by a plain copy of probe 0: nothing else exposes the fixture.
+    plain = lambda rows, seed=0: {k: v[:1].clone() for k, v in rows.items()}  # noqa: E731
+    monkeypatch.setattr(batching, "near_tie_row", plain)
+    monkeypatch.setattr(batching.RowPools, "_cache", type(batching.RowPools._cache)())
+    assert dynamic_gate(entry(GREEDY, "batch_scale_argmax"), GREEDY, "cpu").passed
+
+
+def test_near_ties_sit_within_two_ulps_of_the_maximum_and_spare_integers():
+    logits = torch.randn(1, 64, generator=torch.Generator().manual_seed(0))
+    ids = torch.arange(1, dtype=torch.int64)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = logits.to(dtype)
+        got = near_tie_row({"x": x, "ids": ids})
+        row, peak = got["x"][0], x[0].max()
+        changed = (as_bits(row) != as_bits(x[0])).nonzero().flatten()
+        assert len(changed) == 5 and int(x[0].argmax()) not in changed.tolist()
+        up = torch.nextafter(peak, torch.tensor(float("inf"), dtype=dtype))
+        assert row.max() == torch.nextafter(up, torch.tensor(float("inf"), dtype=dtype))
+        # Values rise with the position, so merging close keys moves the argmax earlier.
+        assert int(row.argmax()) == int(changed.max())
+        assert torch.equal(row[changed], row[changed].sort().values)
+        assert (row[changed] < peak).sum() == 2 and (row[changed] == peak).sum() == 1
+        assert torch.equal(got["ids"], ids)
+
+
+def test_cuda_plan_keeps_its_coverage_in_about_a_third_of_the_calls():
+    for task in (get_task("decode_attention"), get_task("fused_add_rms_norm")):
+        sizes = batch_sizes(task, "cuda")
+        first = gate_plan(task, "cuda", sizes)
+        batched = {c.batch_size for c in first if c.kind == "batch"}
+        straddles = {2, 8, 16, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512}
+        assert {b for b in straddles if b <= max(sizes)} | {max(sizes)} <= batched
+        assert all(sorted(c.probes) == [0, c.batch_size // 2, c.batch_size - 1]
+                   for c in first if c.kind == "batch" and c.batch_size > 2)
+        kinds = {c.kind for c in first}
+        assert {"alone", "batch", "zeros", "large", "permuted", "repeat"} <= kinds
+        if task.ragged:
+            assert {"long", "padding"} <= kinds
+        later = gate_plan(task, "cuda", sizes, first_dtype=False)
+        assert max(c.batch_size for c in later) == max(sizes) and len(later) < len(first) / 2
+        # Before: every size in both dtypes, each repeated, content at two sizes: 94 to 104 calls.
+        assert plan_size(task, "cuda").calls <= 36
+
+
+def test_plan_elements_count_what_the_pools_generate():
+    for task in (RMS, DECODE):
+        sizes = batch_sizes(task, "cpu")
+        smaller = plan_contexts(sizes, ragged=bool(task.ragged), contents=1)
+        for plan in (gate_plan(task, "cpu", sizes), smaller):
+            pools = RowPools(task, "cpu", "float32", plan)
+            assert pools.generated_elements == plan_elements(task, "cpu", plan) > 0

@@ -2,6 +2,7 @@
 that break in every way the oracle must tell apart, and a small ragged task whose only batch
 dependence is the padded length. One run of the script (children in parallel) feeds the tests."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from gates.contract import load_task
@@ -101,6 +103,11 @@ TOY_CANDIDATES = {
 }
 
 
+# Plain-torch greedy_sample candidates (tests/fixtures/greedy_sample): argmax of fixed-point
+# keys scaled by the batch's or the row's largest logit; only near-tie rows tell them apart.
+GREEDY_CANDIDATES = {"batch_scale_argmax.py": "variant", "row_scale_argmax.py": "invariant"}
+
+
 def _write_manifest(directory: Path, candidates: dict) -> None:
     entries = [{"file": f, "expected": label, "mechanism": "none" if label == "invariant" else "crash"}
                for f, (label, _) in candidates.items()]
@@ -121,7 +128,12 @@ def measured(tmp_path_factory):
     (tasks / "toy_decode" / "candidates").mkdir(parents=True)
     (tasks / "toy_decode.yaml").write_text(yaml.safe_dump(TOY_TASK, sort_keys=False))
     (tasks / "toy_decode" / "reference.py").write_text(TOY_REF)
-    for name, cands in (("rms_norm", rms), ("toy_decode", TOY_CANDIDATES)):
+    shutil.copy(REPO / "tasks" / "greedy_sample.yaml", tasks)
+    (tasks / "greedy_sample").mkdir()
+    shutil.copy(REPO / "tasks" / "greedy_sample" / "reference.py", tasks / "greedy_sample")
+    greedy = {f: (label, (REPO / "tests" / "fixtures" / "greedy_sample" / f).read_text())
+              for f, label in GREEDY_CANDIDATES.items()}
+    for name, cands in (("rms_norm", rms), ("toy_decode", TOY_CANDIDATES), ("greedy_sample", greedy)):
         shutil.rmtree(tasks / name / "candidates", ignore_errors=True)
         (tasks / name / "candidates").mkdir()
         for f, (_, src) in cands.items():
@@ -175,6 +187,14 @@ def test_padded_length_dependence_shows_only_beside_longer_sequences(measured):
     assert long["label"] == "variant" and "ctx=long" in long["detail"], long["detail"]
 
 
+def test_near_tie_probe_exposes_a_batch_wide_argmax_scale(measured):
+    _, results, _, _ = measured
+    assert results["row_scale_argmax.py"]["label"] == "invariant", results["row_scale_argmax.py"]["detail"]
+    batch = results["batch_scale_argmax.py"]
+    assert (batch["label"], batch["bi"], batch["correct"]) == ("variant", False, True), batch["detail"]
+    assert "near-tie probe" in batch["detail"]
+
+
 def test_write_records_cpu_labels_and_renders_the_doc(measured):
     tasks, results, doc, _ = measured
     manifest = yaml.safe_load((tasks / "rms_norm" / "candidates" / "manifest.yaml").read_text())
@@ -216,3 +236,22 @@ def test_sigterm_kills_the_children_and_still_reports(measured, tmp_path):
     stdout, _ = proc.communicate(timeout=60)
     assert "interrupted: reporting the 0 candidates measured so far" in stdout
     assert json.loads(out.read_text())["results"] == []
+
+
+def test_near_ties_are_planted_within_two_ulps_of_each_maximum():
+    spec = importlib.util.spec_from_file_location("measure_corpus", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    x = torch.randn(1, 3, 32, generator=torch.Generator().manual_seed(1))
+    got = script.with_near_ties(x, seed=0)
+    for vec, old in zip(got.reshape(-1, 32), x.reshape(-1, 32), strict=True):
+        changed = (vec != old).nonzero().flatten()
+        peak = old.max()
+        assert len(changed) == 5 and int(old.argmax()) not in changed.tolist()
+        ladder = [peak]
+        for _ in range(2):
+            ladder = [torch.nextafter(ladder[0], torch.tensor(-1e9))] + ladder
+            ladder = ladder + [torch.nextafter(ladder[-1], torch.tensor(1e9))]
+        assert vec[changed].tolist() == [float(v) for v in ladder]
+    ids = torch.arange(4).view(1, 4)
+    assert torch.equal(script.with_near_ties(ids, seed=0), ids)
