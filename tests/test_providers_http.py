@@ -23,28 +23,6 @@ from agentloop.providers import (
 )
 from agentloop.providers.base import RetryableError
 
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-
-
-@pytest.fixture(autouse=True)
-def _loopback_only(monkeypatch):
-    """Block real network: only loopback connections are allowed in these tests."""
-    real_connect = socket.socket.connect
-
-    def connect(sock, address):
-        host = address[0] if isinstance(address, tuple) else address
-        if host not in LOOPBACK:
-            raise AssertionError(f"test tried to reach {address}; only loopback is allowed")
-        return real_connect(sock, address)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
-                "ANTHROPIC_AUTH_TOKEN", "AGENTLOOP_PRICES", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
-                "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
 # The fake servers ----------------------------------------------------------------------------
 
 @dataclass
