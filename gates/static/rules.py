@@ -64,6 +64,16 @@ def _relevant_params(k: KernelInfo) -> set[str]:
     return {p for p in k.params if k.uses_of(p) or k.branches_on(p)}
 
 
+def _batch_params(a: Analysis):
+    """(launch, kernel, parameter, origin) for every kernel argument derived from the batch size."""
+    for launch in a.host.launches:
+        k = a.kernels[launch.kernel]
+        for param in sorted(launch.params):
+            origin = flat_batch(launch.params[param])
+            if origin:
+                yield launch, k, param, origin
+
+
 # -- BI001 -------------------------------------------------------------------------------------
 @rule("BI001", "batch-derived value controls reduction tiling or split count",
       "Choose every block size, loop bound and split count along the reduced axis from the reduced "
@@ -71,15 +81,14 @@ def _relevant_params(k: KernelInfo) -> set[str]:
       "triton.next_power_of_2(H)), never from the batch size T = x.shape[0] or the padded length; "
       "let the batch size change only the grid and the row tiling.")
 def reduction_from_batch(a: Analysis):
+    for launch, k, param, origin in _batch_params(a):
+        uses = k.uses_of(param)
+        if uses:
+            yield launch.line, (f"`{param}` of kernel `{k.name}` is derived from the batch size via "
+                                f"{origin.describe()} and sets the {uses[0].role} (line {uses[0].line}); "
+                                f"rows are reduced in a different order at different batch sizes")
     for launch in a.host.launches:
         k = a.kernels[launch.kernel]
-        for param, value in launch.params.items():
-            origin = flat_batch(value)
-            uses = k.uses_of(param)
-            if origin and uses:
-                yield launch.line, (f"`{param}` of kernel `{k.name}` is derived from the batch size via "
-                                    f"{origin.describe()} and sets the {uses[0].role} (line {uses[0].line}); "
-                                    f"rows are reduced in a different order at different batch sizes")
         warps = launch.options.get("num_warps")
         if warps is not None and flat_batch(warps) and k.block_sum_line:
             yield launch.line, (f"num_warps of kernel `{k.name}` is derived from the batch size via "
@@ -209,16 +218,13 @@ def _describe(names: frozenset[str]) -> str:
       "only change the grid or the number of rows per program, never which kernel, torch op, code path "
       "inside a kernel or reduction order computes a row.")
 def dispatch_on_batch(a: Analysis):
-    for launch in a.host.launches:
-        k = a.kernels[launch.kernel]
-        for param, value in launch.params.items():
-            origin = flat_batch(value)
-            branches = k.branches_on(param)
-            if origin and branches:
-                yield launch.line, (f"`{param}` of kernel `{k.name}` is derived from the batch size via "
-                                    f"{origin.describe()} and selects the code path at line "
-                                    f"{branches[0].line} of the kernel, so rows are computed differently "
-                                    f"at different batch sizes")
+    for launch, k, param, origin in _batch_params(a):
+        branches = k.branches_on(param)
+        if branches:
+            yield launch.line, (f"`{param}` of kernel `{k.name}` is derived from the batch size via "
+                                f"{origin.describe()} and selects the code path at line "
+                                f"{branches[0].line} of the kernel, so rows are computed differently "
+                                f"at different batch sizes")
     for d in a.host.dispatches:
         names = [_path_names(p) for p in d.paths]
         if len(set(names)) > 1:
@@ -266,15 +272,12 @@ def cross_row(a: Analysis):
       "size (or the padded length) may set addresses, masks, the grid and how many rows a program "
       "visits, never a scale, offset or bit pattern applied to the row's values.")
 def batch_in_row_arithmetic(a: Analysis):
-    for launch in a.host.launches:
-        k = a.kernels[launch.kernel]
-        for param in sorted(launch.params):
-            origin = _batch_origin(launch, param)
-            values = k.values_of(param)
-            if origin and values:
-                yield launch.line, (f"`{param}` of kernel `{k.name}` is derived from the batch size via "
-                                    f"{origin.describe()} and enters the arithmetic of the {values[0].role}, "
-                                    f"so a row's result depends on the batch size")
+    for launch, k, param, origin in _batch_params(a):
+        values = k.values_of(param)
+        if values:
+            yield launch.line, (f"`{param}` of kernel `{k.name}` is derived from the batch size via "
+                                f"{origin.describe()} and enters the arithmetic of the {values[0].role}, "
+                                f"so a row's result depends on the batch size")
     for r in a.host.row_arithmetic:
         yield r.line, (f"`{r.text}` combines a batched tensor's rows with a value derived from the batch "
                        f"size via {r.origin.describe()}, so a row's result depends on the batch size")
