@@ -3,9 +3,10 @@
 `static_gate(source, task)` parses the candidate (never runs it), reads the structure of its
 `@triton.jit` kernels (kernels.py, kernel_reader.py, configs.py), follows the batch size of the
 task's batched inputs through the host code into launches, grids, autotune keys and branches
-(taint.py, control.py, tensors.py), and applies the rules (rules.py). A file that does not parse,
-or lacks the entry function, gives a failed result with a BI000 error finding and `error` set; an
-entry the analysis cannot follow gives a BI000 warning. The gate never raises on candidate input.
+(taint.py, calls.py, expressions.py, control.py, tensors.py), and applies the rules (rules.py).
+A file that does not parse, or lacks the entry function, gives a failed result with a BI000 error
+finding and `error` set; an entry the analysis cannot follow gives a BI000 warning. The gate never
+raises on candidate input.
 """
 
 from __future__ import annotations

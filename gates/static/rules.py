@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gates.contract import Task
+from gates.static.facts import HostFacts, Launch
 from gates.static.kernels import ORDER_FREE_ATOMICS, KernelInfo
-from gates.static.taint import HostFacts, Launch
 from gates.static.values import flat_batch
 from gates.verdict import Finding
 
