@@ -57,7 +57,7 @@ def audit(
     """Run the gates on one candidate: exit 0 accepted, 1 rejected, 2 unusable input."""
     from gates.audit import GATES, default_device
     from gates.audit import audit as run_audit
-    from gates.sandbox import CandidateError
+    from gates.candidate import CandidateError
 
     try:
         spec = get_task(task)

@@ -16,8 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentloop.benchmark import BenchmarkResult, BenchSettings, benchmark_candidate
+from agentloop.benchmark import BenchmarkResult, benchmark_candidate
 from agentloop.evaluation import code_hash
+from agentloop.timer import BenchSettings
 from gates.contract import Task
 from gates.verdict import GateResult
 
@@ -83,8 +84,8 @@ def compile_job(code: str, task: Task, device: str) -> GateResult:
     shape (so import errors, Triton compile errors and launch errors surface here)."""
     import torch
 
+    from gates.candidate import CandidateError, candidate_entry, describe_exception
     from gates.reference import make_inputs
-    from gates.sandbox import CandidateError, candidate_entry, describe_exception
 
     block_network()
     start = time.perf_counter()
@@ -128,8 +129,8 @@ def correctness_job(code: str, task: Task, device: str) -> GateResult:
 def benchmark_job(code: str, task: Task, device: str, cuda_graph: bool = False,
                   compile_reference: bool = False) -> BenchmarkResult:
     """Time the candidate against the reference on the task's bench shapes (agentloop.benchmark)."""
+    from gates.candidate import CandidateError, candidate_entry
     from gates.reference import reference_fn
-    from gates.sandbox import CandidateError, candidate_entry
 
     block_network()
     try:

@@ -161,7 +161,8 @@ def part_stability(args: argparse.Namespace, tasks: list) -> list[dict]:
     benchmark's own interleaved timing (`time_interleaved`, as `benchmark_candidate` times), at
     the smallest and largest bench shape (smallest only on CPU). Inputs are made once per shape:
     generating them does not change the timings and costs seconds at the largest shapes."""
-    from agentloop.benchmark import BenchSettings, bench_dims, clone_inputs, time_interleaved
+    from agentloop.benchmark import bench_dims, clone_inputs
+    from agentloop.timer import BenchSettings, time_interleaved
     from gates.reference import make_inputs, reference_fn
 
     print(f"\n(2) stability: the same kernel benchmarked {args.runs} times, CV = stdev / mean of the median")
@@ -232,7 +233,8 @@ def independent_median_ms(fn: Callable, kwargs: dict, device: str) -> float:
 def part_agreement(args: argparse.Namespace, tasks: list) -> list[dict]:
     """Every invariant corpus kernel at every bench shape: our median / the independent median,
     both timing the same inputs."""
-    from agentloop.benchmark import bench_dims, clone_inputs, time_callable
+    from agentloop.benchmark import bench_dims, clone_inputs
+    from agentloop.timer import time_callable
     from gates.reference import make_inputs
 
     other = "do_bench" if args.device == "cuda" else "torch.utils.benchmark"

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from gates.batching import as_bits, gate_dtypes
+from gates.candidate import LoadedCandidate, torch_global_state
 from gates.contract import Task
 from gates.reference import as_outputs, make_inputs, reference_fn
-from gates.sandbox import LoadedCandidate, torch_global_state
 from gates.verdict import Finding
 
 SEED = 1000

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gates.candidate import CandidateError
 from gates.contract import Task
 from gates.feedback import render
-from gates.sandbox import CandidateError, Job, Sandbox
+from gates.sandbox import Job, Sandbox
 from gates.verdict import Finding, GateResult, Verdict
 
 GATES = ("static", "dynamic", "correctness")

@@ -11,9 +11,9 @@ from collections.abc import Callable
 import torch
 
 from gates.anticheat import anticheat_findings
+from gates.candidate import CandidateError, candidate_entry, describe_exception
 from gates.contract import Task, Tolerance
 from gates.reference import as_outputs, make_inputs, reference_fn
-from gates.sandbox import CandidateError, candidate_entry, describe_exception
 from gates.verdict import Finding, GateResult
 
 MAX_FINDINGS = 3

@@ -30,9 +30,9 @@ from gates.batching import (
     plan_contexts,
     plan_elements,
 )
+from gates.candidate import CandidateError, candidate_entry, describe_exception
 from gates.contract import Task
 from gates.reference import as_outputs, reference_fn
-from gates.sandbox import CandidateError, candidate_entry, describe_exception
 from gates.verdict import Counterexample, GateResult
 
 

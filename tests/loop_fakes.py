@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from agentloop.benchmark import BenchmarkResult, ShapeTiming, Timing
+from agentloop.benchmark import BenchmarkResult, ShapeTiming
 from agentloop.campaign import Budget, Cell
 from agentloop.context import LoopContext
 from agentloop.evaluation import EvalSettings, StageOutcome, code_hash
@@ -19,6 +19,7 @@ from agentloop.evaluator import CachedEvaluator
 from agentloop.providers import Completion, ExchangeRecorder, Message, Provider, get_provider
 from agentloop.store import Store
 from agentloop.styles import make_style
+from agentloop.timer import Timing
 from gates.contract import get_task
 from gates.verdict import Counterexample, Finding, GateResult
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from gates.anticheat import anticheat_findings
+from gates.candidate import candidate_entry
 from gates.contract import get_task
-from gates.sandbox import candidate_entry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rms_norm"
 RMS = get_task("rms_norm")

@@ -11,12 +11,14 @@ from agentloop import benchmark
 from agentloop.benchmark import (
     CPU_BATCH_CAP,
     BenchmarkResult,
-    BenchSettings,
     ShapeTiming,
-    Timing,
     bench_dims,
     benchmark_candidate,
     geomean,
+)
+from agentloop.timer import (
+    BenchSettings,
+    Timing,
     quantiles,
     round_order,
     time_callable,

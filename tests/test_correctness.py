@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from gates.candidate import candidate_entry
 from gates.contract import Tolerance, get_task
 from gates.correctness import compare_output, correctness_gate, correctness_job
-from gates.sandbox import candidate_entry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rms_norm"
 RMS = get_task("rms_norm")

@@ -21,10 +21,10 @@ from gates.batching import (
     plan_contexts,
     plan_elements,
 )
+from gates.candidate import candidate_entry
 from gates.contract import BISettings, get_task
 from gates.dynamic import dynamic_gate, gate_plan, plan_size
 from gates.feedback import render_counterexample
-from gates.sandbox import candidate_entry
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RMS = get_task("rms_norm")

@@ -44,7 +44,7 @@ def unpicklable():
 def call_candidate(path: str) -> object:
     import torch
 
-    from gates.sandbox import candidate_entry
+    from gates.candidate import candidate_entry
 
     _, fn = candidate_entry(path, "rms_norm")
     return fn(torch.ones(2, 8), torch.ones(8), 1e-6).shape
