@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
 import os
 import statistics
@@ -50,12 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # Loading -----------------------------------------------------------------------------------
 def load_entry(path: Path, entry: str) -> Callable:
-    """A corpus file's entry function."""
-    spec = importlib.util.spec_from_file_location(f"harness_{path.parent.parent.name}_{path.stem}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, entry)
+    """A corpus file's entry function (loaded the way sandbox workers load candidates)."""
+    from gates.candidate import candidate_entry
+
+    return candidate_entry(path, entry)[1]
 
 
 def invariant_candidates(task, device: str) -> list[Path]:
