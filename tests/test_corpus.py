@@ -1,11 +1,10 @@
 """Every reference runs on CPU; every corpus candidate imports; every non-broken one matches the
 reference through Triton's interpreter at a small shape."""
 
-import importlib.util
-
 import pytest
 import torch
 
+from gates.candidate import load_candidate
 from gates.contract import load_suite
 from gates.corpus import load_manifest
 from gates.reference import as_outputs, make_inputs, reference_fn
@@ -49,10 +48,7 @@ def test_suite_has_at_least_four_candidates_per_task():
 
 
 def _import(path):
-    spec = importlib.util.spec_from_file_location(f"cand_{path.parent.parent.name}_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_candidate(path).module
 
 
 @pytest.mark.parametrize("task,entry", CANDIDATES, ids=[f"{t.name}/{e.file}" for t, e in CANDIDATES])
