@@ -128,6 +128,8 @@ def main() -> None:
                        "both": both, "agrees": agreement(label, dyn), "cold_s": round(out["cold"], 3),
                        "warm_s": round(out["warm"], 3), "detail": detail[:120]}
                 rows.append(row)
+                if args.json:  # after every row, so a run cut by a time limit keeps what it measured
+                    args.json.write_text(json.dumps({"device": device, "rows": rows}, indent=2))
                 labelled = f"{label} ({source})"
                 print(f"{name:<22} {entry.file[:34]:<34} {labelled:<18} {row['static']:<6} "
                       f"{row['dynamic']:<7} {both:<6} {row['agrees']:<6} {row['cold_s']:>7.2f} "
@@ -147,8 +149,6 @@ def main() -> None:
     variant_accepted = [r for r in rows if r["label"] == "variant" and r["both"] == "accept"]
     print(f"static+dynamic: {len(variant_accepted)} variant accepted, "
           f"{len(invariant_rejected)} invariant rejected")
-    if args.json:
-        args.json.write_text(json.dumps({"device": device, "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":
