@@ -10,6 +10,11 @@ source, runs there; compile, dynamic, correctness and benchmark run in a worker
 A stage that hangs, crashes its worker (segfault, CPU-time limit, killed for memory) or leaves
 the CUDA context corrupted gets a failed `StageOutcome` whose `error` says which, in one line;
 the sandbox replaces the worker and the pool carries on with the next stage or candidate.
+
+Several workers may share one GPU (`workers` above the GPU count). Their gate stages then run
+side by side, but a benchmark stage runs alone on its device: it waits for the stages running
+there to finish, and holds back new ones until it is done, so no other worker's kernels end up
+in its timings (`exclusive_benchmark`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,43 @@ def default_stage_timeout(stage: Stage) -> float:
     return EvalSettings().stage_timeout_s[stage]
 
 
+class _DeviceUse:
+    """Who is using one device: stages `shared` (any number at once) or one `exclusive` stage.
+    A waiting exclusive stage holds back new shared ones, so benchmarks are not starved."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: not self._exclusive and not self._shared)
+            self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
 @dataclass(eq=False)
 class _Worker:
     sandbox: Sandbox
@@ -56,11 +98,13 @@ class WorkerPool:
     `workers`: on a CPU, how many worker processes (default 2; each gets an equal share of the
     cores for its torch threads). On cuda, default one per visible GPU; a larger number puts
     several workers on each GPU, round-robin. `limits` are each worker's resource limits.
+    `exclusive_benchmark`: a benchmark stage runs alone on its device (default: on cuda when
+    workers share a GPU; on a CPU, where all workers share the cores, only when asked).
     """
 
     def __init__(self, device: Literal["cpu", "cuda"] = "cpu", workers: int | None = None, *,
                  limits: WorkerLimits | None = None, start_timeout: float = 300.0,
-                 recycle_after: int = RECYCLE_AFTER) -> None:
+                 recycle_after: int = RECYCLE_AFTER, exclusive_benchmark: bool | None = None) -> None:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"unknown device {device!r}; use cpu or cuda")
         if workers is not None and workers < 1:
@@ -79,6 +123,10 @@ class WorkerPool:
                 env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // len(devices)))
         self.device = device
         self.recycle_after = recycle_after
+        if exclusive_benchmark is None:
+            exclusive_benchmark = device == "cuda" and len(set(devices)) < len(devices)
+        self.exclusive_benchmark = exclusive_benchmark
+        self._use = {d: _DeviceUse() for d in devices}
         self._cond = threading.Condition()
         self._closed = False
         self._workers: list[_Worker] = []
@@ -225,9 +273,12 @@ class WorkerPool:
         if stage == "benchmark":
             kwargs.update(cuda_graph=settings.cuda_graph, compile_reference=settings.compile_reference)
         timeout = settings.stage_timeout_s.get(stage, default_stage_timeout(stage))
-        start = time.perf_counter()
-        result = sandbox.run(Job.of(worker_jobs.JOBS[stage], **kwargs), timeout)
-        seconds = time.perf_counter() - start
+        use = self._use[sandbox.requested_device]
+        alone = self.exclusive_benchmark and stage == "benchmark"
+        with use.exclusive() if alone else use.shared():
+            start = time.perf_counter()  # the stage's time starts once it may use the device
+            result = sandbox.run(Job.of(worker_jobs.JOBS[stage], **kwargs), timeout)
+            seconds = time.perf_counter() - start
         if not result.restarted:
             worker.loaded.add(key)
         return stage_outcome(stage, result, seconds)

@@ -3,6 +3,7 @@ timeouts, hangs, crashes and memory exhaustion reported precisely while the pool
 and several threads sharing the pool. Fixtures are real candidate files (tests/fixtures/pool)."""
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,34 @@ def test_several_threads_share_the_pool(tmp_path, monkeypatch):
         assert len(list(barrier.iterdir())) == 2
     with pytest.raises(RuntimeError, match="the worker pool is closed"):
         shared.evaluate_stage(code("rms_norm_torch"), TASK, "compile", SETTINGS)
+
+
+@pytest.mark.parametrize("exclusive", [True, False])
+def test_a_benchmark_runs_alone_on_its_device_when_exclusive(tmp_path, monkeypatch, exclusive):
+    """Two workers on one device: a dynamic stage asked for while the other worker benchmarks
+    waits for the benchmark to end (exclusive) or runs beside it (not exclusive, the control
+    that shows the check can see an overlap)."""
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    monkeypatch.setenv("POOL_TEST_STAMPS", str(stamps))
+    with WorkerPool("cpu", workers=2, exclusive_benchmark=exclusive) as shared:
+        shared.warm_up()
+        bench = threading.Thread(target=shared.evaluate_stage,
+                                 args=(code("stamped") + "\n# bench\n", TASK, "benchmark", SETTINGS))
+        bench.start()
+        deadline = time.monotonic() + 60
+        while not any(stamps.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        [bench_file] = list(stamps.iterdir())  # the benchmark is under way; nothing else has run
+        gate = shared.evaluate_stage(code("stamped") + "\n# gate\n", TASK, "dynamic", SETTINGS)
+        bench.join()
+    assert gate.error is None
+    calls = {f.name: [tuple(map(float, line.split())) for line in f.read_text().splitlines()]
+             for f in stamps.iterdir()}
+    gate_calls = next(v for k, v in calls.items() if k != bench_file.name)
+    first, last = calls[bench_file.name][0][0], calls[bench_file.name][-1][1]
+    overlapping = [c for c in gate_calls if c[0] < last and c[1] > first]
+    assert gate_calls and bool(overlapping) is not exclusive, (len(gate_calls), len(overlapping))
 
 
 def test_workers_are_recycled_after_many_candidates():
