@@ -3,9 +3,9 @@
     python bench/vendor_row_bits.py [--device cuda] [--hidden 4096]
 
 For torch.linalg.vector_norm(x, dim=-1), x.float().pow(2).mean(-1) and x.sum(-1), float32 rows
-of length H: the same probe row sits at position 0 of batches of B rows (the others random) and
-the printed groups list the batch sizes whose result for that row has the same bits. One group
-means batch-invariant over the sizes tried.
+of length H: batches of B rows are prefixes of one random matrix, so row r is the same data in
+every batch of more than r rows; for rows 0 and 8 the printed groups list the batch sizes whose
+result for that row has the same bits. One group means batch-invariant over the sizes tried.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ OPS = {
 }
 
 
-def groups(device: str, hidden: int, op) -> list[list[int]]:
+def groups(device: str, hidden: int, op, row: int) -> list[list[int]]:
     gen = torch.Generator(device="cpu").manual_seed(0)
     rows = torch.randn(max(SIZES), hidden, generator=gen).to(device)
     seen: dict[bytes, list[int]] = {}
-    for b in SIZES:
-        value = op(rows[:b].clone())[0]
+    for b in (b for b in SIZES if b > row):
+        value = op(rows[:b].clone())[row]
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         seen.setdefault(value.cpu().numpy().tobytes(), []).append(b)
@@ -46,9 +46,10 @@ def main() -> None:
     print(f"device {name}; torch {torch.__version__}")
     for hidden in args.hidden or [4096]:
         for label, op in OPS.items():
-            found = groups(args.device, hidden, op)
-            text = "  ".join("{" + ",".join(map(str, g)) + "}" for g in found)
-            print(f"H={hidden:<6} {label:<12} {len(found)} group(s): {text}")
+            for row in (0, 8):
+                found = groups(args.device, hidden, op, row)
+                text = "  ".join("{" + ",".join(map(str, g)) + "}" for g in found)
+                print(f"H={hidden:<6} {label:<12} row {row}: {len(found)} group(s): {text}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """The correctness gate: the candidate against the task's reference over the task's shapes and
 dtypes, within the task's tolerances, on several seeds; the anti-cheat checks run in the same
 job. Failures name the output, the shape, the dtype, the seed and the first offending element.
+On a GPU the inputs are drawn on the device (`make_inputs(on_device=True)`): drawing the task
+shapes' hundreds of millions of elements on the CPU took most of the gate's time.
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ def correctness_gate(fn: Callable, task: Task, device: str, *,
         for dtype in task.dtypes:
             for dims in task.shapes_for(device):
                 case = case_text(task, dims, dtype, seed)
-                inputs = list(make_inputs(task, dims, dtype, seed, device).values())
+                inputs = list(make_inputs(task, dims, dtype, seed, device, on_device=True).values())
                 # The reference gets copies: a candidate that writes to its inputs cannot change it.
                 want = as_outputs(ref(*[v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]))
                 try:

@@ -32,11 +32,31 @@ def reference_fn(task: Task):
     return getattr(reference_module(task), task.entry)
 
 
-def make_inputs(task: Task, dims: dict[str, int], dtype: str, seed: int, device: str) -> dict[str, Any]:
+def make_inputs(task: Task, dims: dict[str, int], dtype: str, seed: int, device: str, *,
+                on_device: bool = False) -> dict[str, Any]:
     """The entry's keyword arguments for one shape: tensors from the reference's generator,
-    scalars from the task file."""
+    scalars from the task file.
+
+    By default the random numbers are drawn on the CPU, so one seed gives the same inputs on
+    every device. `on_device` draws them on the (GPU) device instead, with a generator of that
+    device: other values, but hundreds of millions of elements in milliseconds rather than
+    seconds (the correctness gate's many large shapes). A generator that cannot run there falls
+    back to the CPU."""
+    module = reference_module(task)
+    if on_device and torch.device(device).type != "cpu":
+        try:
+            with torch.device(device):
+                gen = torch.Generator(device=device).manual_seed(seed)
+                tensors = module.make_inputs(dims, DTYPES[dtype], gen, device)
+        except (RuntimeError, TypeError):
+            tensors = None
+        if tensors is not None:
+            return _with_scalars(task, tensors)
     gen = torch.Generator().manual_seed(seed)
-    tensors = reference_module(task).make_inputs(dims, DTYPES[dtype], gen, device)
+    return _with_scalars(task, module.make_inputs(dims, DTYPES[dtype], gen, device))
+
+
+def _with_scalars(task: Task, tensors: dict[str, Any]) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     for arg in task.args:
         kwargs[arg.name] = arg.value if arg.kind == "scalar" else tensors[arg.name]
