@@ -3,6 +3,7 @@ candidate's measured label (manifest `gpu` / `cpu` field for the device, else `e
 
     python bench/dynamic_gate.py [--device cpu|cuda] [--tasks a,b] [--runs 2] [--timeout S]
                                  [--json OUT] [--plan]
+    python bench/dynamic_gate.py --from-json RUN.json [RUN2.json ...] [--markdown]
 
 Each candidate runs in a sandbox worker; the gate runs `--runs` times in the same worker and
 the last run's time is reported as the gate time excluding the first compile (Triton's JIT and
@@ -10,7 +11,10 @@ autotuning happen in the first run). The static gate's verdict is shown beside i
 is the verdict of static and dynamic together. Prints a table, per-task medians and the overall
 median; the target on GPU is a median of at most 2 s per candidate. `--plan` only prints the
 size of each task's plan on the CPU and the GPU (candidate calls, batch rows, generated
-elements), computed without a device.
+elements), computed without a device. `--from-json` reports saved runs instead (a GPU machine's,
+whose files do not come back): later files replace earlier rows of the same candidate, and the
+agreement is recomputed against the manifests' current labels; `--markdown` prints the table as
+Markdown.
 """
 
 from __future__ import annotations
@@ -94,7 +98,16 @@ def main() -> None:
                         help="seconds per gate run (default: the audit's, 300 on CPU, 120 on CUDA)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     parser.add_argument("--plan", action="store_true", help="print each task's plan size and exit")
+    parser.add_argument("--from-json", type=Path, nargs="+", metavar="RUN.json",
+                        help="report saved runs (later files win per candidate) instead of running")
+    parser.add_argument("--markdown", action="store_true", help="with --from-json: a Markdown table")
     args = parser.parse_args()
+    if args.from_json:
+        rows, device = saved_rows(args.from_json)
+        if args.markdown:
+            print_markdown(rows)
+        summarise(rows, device)
+        return
     names = args.tasks.split(",") if args.tasks else [p.stem for p in sorted(tasks_dir().glob("*.yaml"))]
     if args.plan:
         print_plan_sizes(names)
@@ -136,6 +149,10 @@ def main() -> None:
                       f"{row['warm_s']:>7.2f}  {row['detail']}", flush=True)
     if not rows:
         sys.exit("no corpus candidates found")
+    summarise(rows, device)
+
+
+def summarise(rows: list[dict], device: str) -> None:
     print("\nper-task median of warm dynamic-gate seconds:")
     for name in dict.fromkeys(r["task"] for r in rows):
         warm = [r["warm_s"] for r in rows if r["task"] == name]
@@ -149,7 +166,46 @@ def main() -> None:
     variant_accepted = [r for r in rows if r["label"] == "variant" and r["both"] == "accept"]
     print(f"static+dynamic: {len(variant_accepted)} variant accepted, "
           f"{len(invariant_rejected)} invariant rejected")
+    for r in checked:
+        if r["agrees"] != "yes":
+            print(f"  disagrees: {r['task']}/{r['candidate']}: label {r['label']}, dynamic {r['dynamic']}")
 
+
+def saved_rows(paths: list[Path]) -> tuple[list[dict], str]:
+    """Rows of saved runs, relabelled from the manifests; later files win per candidate."""
+    by_key: dict[tuple[str, str], dict] = {}
+    devices = set()
+    for path in paths:
+        saved = json.loads(path.read_text())
+        devices.add(saved["device"])
+        for row in saved["rows"]:
+            by_key[(row["task"], row["candidate"])] = row
+    if len(devices) != 1:
+        sys.exit(f"error: the files hold runs of several devices: {sorted(devices)}")
+    device = devices.pop()
+    order = {name: i for i, name in enumerate(sorted(p.stem for p in tasks_dir().glob("*.yaml")))}
+    rows = []
+    for (name, file), row in sorted(by_key.items(), key=lambda kv: (order.get(kv[0][0], 99), 0)):
+        task = load_task(tasks_dir() / f"{name}.yaml")
+        entry = next(e for e in load_manifest(task).candidates if e.file == file)
+        label, source = measured_label(entry, device)
+        # The saved verdicts, judged against today's label.
+        dyn_passed = row["dynamic"] == "pass"
+        variant_found = row["dynamic"] == "FAIL"
+        agrees = ("n/a" if label == "broken" else
+                  ("yes" if dyn_passed else "NO") if label == "invariant" else
+                  ("yes" if variant_found else "error" if row["dynamic"] == "error" else "NO"))
+        rows.append({**row, "label": label, "label_source": source, "agrees": agrees})
+    return rows, device
+
+
+def print_markdown(rows: list[dict]) -> None:
+    print("| task | candidate | GPU label | static | dynamic | both | agrees | cold s | warm s | detail |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        detail = r["detail"].replace("|", "\\|")
+        print(f"| {r['task']} | `{r['candidate']}` | {r['label']} | {r['static']} | {r['dynamic']} | "
+              f"{r['both']} | {r['agrees']} | {r['cold_s']:.2f} | {r['warm_s']:.2f} | {detail} |")
 
 if __name__ == "__main__":
     main()

@@ -32,10 +32,13 @@ random rows; zeros / large / long: probes among rows of zeros, of large magnitud
 sequences; permuted: a batch with its rows reordered."""
 
 PROBES = 3
-"""Probe positions in a batch (first, middle, last), and generated probe rows."""
+"""Generated probe rows."""
 NEAR_TIE = PROBES
 """Probe id of the near-tie probe, the last probe row."""
 PROBE_ROWS = PROBES + 1
+"""Probe rows, and probes in every batch of four rows or more (first, a quarter in, middle,
+last): the near-tie probe sits in every such batch, since near-ties are what expose many
+order-dependent reductions, and the rows rotate over the positions from one size to the next."""
 NEAR_TIE_STEPS = (-2, -1, 0, 1, 2)
 """Ulps from the row maximum of the planted near-ties, lowest first."""
 NOISE_ROWS = 8
@@ -120,15 +123,16 @@ class Context:
 
 
 def _probe_positions(b: int) -> list[int]:
-    return [0] if b == 1 else [0, b - 1] if b == 2 else [0, b // 2, b - 1]
+    return list(range(b)) if b < PROBE_ROWS else [0, b // 4, b // 2, b - 1]
 
 
 def _probe_batch(kind: ContextKind, b: int, pool: str, rotation: int) -> Context:
     slots = [Slot(pool, i) for i in range(b)]
-    # Three of the probe rows per batch, rotating, so each probe visits each position.
-    ids = [(rotation + j) % PROBE_ROWS for j in range(PROBES)]
+    # The probe rows (all of them from four rows up), rotating so each visits each position.
+    positions = _probe_positions(b)
+    ids = [(rotation + j) % PROBE_ROWS for j in range(len(positions))]
     probes = {}
-    for pos, pid in zip(_probe_positions(b), ids, strict=False):
+    for pos, pid in zip(positions, ids, strict=True):
         slots[pos] = Slot("probe", pid)
         probes[pos] = pid
     return Context(kind, slots, probes)
@@ -137,10 +141,10 @@ def _probe_batch(kind: ContextKind, b: int, pool: str, rotation: int) -> Context
 def content_sizes(sizes: list[int], compact: bool = False) -> list[int]:
     """Batch sizes at which co-batched content varies: a small one with room for co-batched
     rows beside the three probes, and a middle one (`compact`: the next one up instead)."""
-    roomy = [b for b in sizes if b > PROBES]
+    roomy = [b for b in sizes if b > PROBE_ROWS]
     if not roomy:
-        return [PROBES + 1]
-    small = next((b for b in roomy if b >= PROBES + 2), roomy[0])
+        return [PROBE_ROWS + 1]
+    small = next((b for b in roomy if b >= PROBE_ROWS + 2), roomy[0])
     larger = [b for b in roomy if b > small]
     other = (larger[0] if larger else small) if compact else roomy[len(roomy) // 2]
     return sorted({small, other})

@@ -11,7 +11,6 @@ from gates.batching import (
     CPU_BATCH_SIZES,
     NEAR_TIE,
     PROBE_ROWS,
-    PROBES,
     HarnessError,
     RowPools,
     as_bits,
@@ -113,19 +112,24 @@ def test_batch_sizes_scale_with_the_device_and_the_task():
     assert max(batch_sizes(decode, "cuda")) == max(s["B"] for s in decode.shapes)
 
 
-def test_probes_sit_first_middle_and_last_and_rotate():
-    plan = plan_contexts([1, 2, 8, 9], ragged=False, repeat_each_size=False, repeats=1)
+def test_probes_sit_first_a_quarter_in_middle_and_last_and_rotate():
+    plan = plan_contexts([1, 2, 3, 8, 9, 16], ragged=False, repeat_each_size=False, repeats=1)
     batches = [c for c in plan if c.kind == "batch"]
-    assert [sorted(c.probes) for c in batches] == [[0, 1], [0, 4, 7], [0, 4, 8]]
-    assert batches[1].probes[0] != batches[2].probes[0]  # each probe visits each position
-    assert any(NEAR_TIE in c.probes.values() for c in batches)
+    assert [sorted(c.probes) for c in batches] == [[0, 1], [0, 1, 2], [0, 2, 4, 7], [0, 2, 4, 8],
+                                                   [0, 4, 8, 15]]
+    assert batches[2].probes[0] != batches[3].probes[0]  # each probe visits each position
+    # The near-tie probe is in every batch of four rows or more, at a different position each time.
+    big = [c for c in batches if c.batch_size >= PROBE_ROWS]
+    near_tie_at = [next(p for p, pid in c.probes.items() if pid == NEAR_TIE) for c in big]
+    slots = {sorted(c.probes).index(p) for c, p in zip(big, near_tie_at, strict=True)}
+    assert len(near_tie_at) == 3 and len(slots) == 3
     kinds = [c.kind for c in plan]
     assert kinds[:PROBE_ROWS] == ["alone"] * PROBE_ROWS and "permuted" in kinds and kinds[-1] == "repeat"
     permuted = next(c for c in plan if c.kind == "permuted")
-    assert permuted.order != list(range(9)) and sorted(permuted.order) == list(range(9))
+    assert permuted.order != list(range(16)) and sorted(permuted.order) == list(range(16))
     for c in plan:
         if c.kind in ("zeros", "large"):
-            assert c.batch_size > PROBES and any(s.pool == c.kind for s in c.slots)
+            assert c.batch_size > PROBE_ROWS and any(s.pool == c.kind for s in c.slots)
 
 
 def test_long_context_grows_the_padded_length_and_keeps_probe_bytes():
@@ -156,9 +160,9 @@ def test_splicing_errors_are_caught_by_the_harness(monkeypatch):
 
 
 def test_content_sizes_leave_room_for_co_batched_rows():
-    assert content_sizes([1, 2, 3]) == [4]
-    assert content_sizes(list(CPU_BATCH_SIZES), compact=True) == [5, 8]
-    assert all(b > PROBES for b in content_sizes(list(CPU_BATCH_SIZES)))
+    assert content_sizes([1, 2, 3]) == [5]
+    assert content_sizes(list(CPU_BATCH_SIZES), compact=True) == [8, 16]
+    assert all(b > PROBE_ROWS for b in content_sizes(list(CPU_BATCH_SIZES)))
 
 
 def test_near_tie_probe_exposes_a_batch_wide_argmax_scale():
@@ -200,8 +204,10 @@ def test_cuda_plan_keeps_its_coverage_in_about_a_third_of_the_calls():
         batched = {c.batch_size for c in first if c.kind == "batch"}
         straddles = {2, 8, 16, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512}
         assert {b for b in straddles if b <= max(sizes)} | {max(sizes)} <= batched
-        assert all(sorted(c.probes) == [0, c.batch_size // 2, c.batch_size - 1]
-                   for c in first if c.kind == "batch" and c.batch_size > 2)
+        assert all(sorted(c.probes) == [0, c.batch_size // 4, c.batch_size // 2, c.batch_size - 1]
+                   for c in first if c.kind == "batch" and c.batch_size >= PROBE_ROWS)
+        assert all(NEAR_TIE in c.probes.values() for c in first
+                   if c.kind in ("batch", "zeros", "large", "long") and c.batch_size >= PROBE_ROWS)
         kinds = {c.kind for c in first}
         assert {"alone", "batch", "zeros", "large", "permuted", "repeat"} <= kinds
         if task.ragged:
