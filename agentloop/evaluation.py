@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import cache
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,9 +38,26 @@ class EvalSettings(BaseModel):
     """Also time a torch.compile'd reference as a second baseline."""
 
     def key(self, code_hash: str, task: str) -> str:
-        """The evaluation-cache key of one candidate under these settings."""
-        blob = json.dumps([code_hash, task, self.model_dump(mode="json")], sort_keys=True)
+        """The evaluation-cache key of one candidate under these settings and this version of
+        the evaluating code (a resumed run re-evaluates what a changed gate would judge anew)."""
+        blob = json.dumps([code_hash, task, self.model_dump(mode="json"), evaluation_code_version()],
+                          sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@cache
+def evaluation_code_version() -> str:
+    """A hash of the source that decides an evaluation's outcome: the gates, the stage jobs, the
+    benchmark and its timer."""
+    here = Path(__file__).parent
+    gates_dir = here.parent / "gates"
+    files = sorted(gates_dir.rglob("*.py")) + [here / name for name in (
+        "benchmark.py", "timer.py", "worker_jobs.py", "pool.py", "evaluation.py")]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(here.parent).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 class StageOutcome(BaseModel):

@@ -46,6 +46,17 @@ def test_eval_section_reaches_the_cache_key():
     assert a.key("h", "rms_norm") != b.key("h", "rms_norm")
 
 
+def test_cache_key_changes_with_the_evaluating_code(monkeypatch):
+    """A resumed run whose gates or benchmark changed since evaluates its kernels again."""
+    from agentloop import evaluation
+
+    settings = parse_campaign(GOOD).eval_settings()
+    before = settings.key("h", "rms_norm")
+    assert settings.key("h", "rms_norm") == before and len(evaluation.evaluation_code_version()) == 16
+    monkeypatch.setattr(evaluation, "evaluation_code_version", lambda: "another-version")
+    assert settings.key("h", "rms_norm") != before
+
+
 @pytest.mark.parametrize("change, words", [
     ({"colour": "red"}, ["colour", "unknown key"]),
     ({"styles": ["refine", "swarm"]}, ["styles[1]", "swarm"]),
