@@ -5,7 +5,8 @@ The cache (the store's `evaluations` table) is keyed by `EvalSettings.key(code h
 which covers the settings and a hash of the evaluating code (gates, stage jobs, benchmark), and
 holds the outcome of every stage evaluated so far, by stage name; a stage not yet in it is run
 in the pool and added. Timeouts are cached like any verdict: within one version of the code and
-one set of stage limits, a kernel that hung hangs again. Loops asking for the same kernel at the same time wait for one another.
+one set of stage limits, a kernel that hung hangs again. Loops asking for the same kernel at
+the same time wait for one another.
 """
 
 from __future__ import annotations
