@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 
-from gates.batching import as_bits, gate_dtypes
+from gates.batching import as_bits
 from gates.candidate import LoadedCandidate, torch_global_state
 from gates.contract import Task
+from gates.plan import gate_dtypes
 from gates.reference import as_outputs, make_inputs, reference_fn
 from gates.verdict import Finding
 

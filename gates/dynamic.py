@@ -17,12 +17,13 @@ from typing import Any
 import torch
 from pydantic import BaseModel
 
-from gates.batching import (
+from gates.batching import RowPools, as_bits
+from gates.candidate import CandidateError, candidate_entry, describe_exception
+from gates.contract import Task
+from gates.plan import (
     NEAR_TIE,
     Context,
     HarnessError,
-    RowPools,
-    as_bits,
     batch_sizes,
     content_sizes,
     gate_dtypes,
@@ -30,8 +31,6 @@ from gates.batching import (
     plan_contexts,
     plan_elements,
 )
-from gates.candidate import CandidateError, candidate_entry, describe_exception
-from gates.contract import Task
 from gates.reference import as_outputs, reference_fn
 from gates.verdict import Counterexample, GateResult
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from gates.contract import Task
 from gates.verdict import Counterexample, Finding, GateResult, Verdict
 
-# Keyed by the context kind that starts Counterexample.context (gates.batching.ContextKind).
+# Keyed by the context kind that starts Counterexample.context (gates.plan.ContextKind).
 MECHANISMS = {
     "batch": (
         "The row's bits changed with the batch size. Usual causes: a split-K / split-reduction count or a "

@@ -7,23 +7,21 @@ import pytest
 import torch
 
 from gates import batching, dynamic
-from gates.batching import (
-    CPU_BATCH_SIZES,
-    NEAR_TIE,
-    PROBE_ROWS,
-    HarnessError,
-    RowPools,
-    as_bits,
-    batch_sizes,
-    content_sizes,
-    near_tie_row,
-    plan_contexts,
-    plan_elements,
-)
+from gates.batching import RowPools, as_bits, near_tie_row
 from gates.candidate import candidate_entry
 from gates.contract import BISettings, get_task
 from gates.dynamic import dynamic_gate, gate_plan, plan_size
 from gates.feedback import render_counterexample
+from gates.plan import (
+    CPU_BATCH_SIZES,
+    NEAR_TIE,
+    PROBE_ROWS,
+    HarnessError,
+    batch_sizes,
+    content_sizes,
+    plan_contexts,
+    plan_elements,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RMS = get_task("rms_norm")
