@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ast
 from dataclasses import replace
-from typing import NamedTuple
 
+from gates.static.block_values import EMPTY, KV, broadcast, fold, merge, mix
 from gates.static.configs import read_autotune, read_heuristics
 from gates.static.kernels import (
     EXACT_REDUCTIONS,
@@ -30,66 +30,6 @@ from gates.static.kernels import (
 )
 
 MAX_INLINE_DEPTH = 6
-
-
-class KV(NamedTuple):
-    """A kernel-side value: the parameters it depends on and the extents of its block axes."""
-
-    deps: frozenset[str] = frozenset()
-    shape: tuple[frozenset[str], ...] | None = None
-    ptr: bool = False
-    const: object = None
-    elts: tuple[KV, ...] | None = None
-    data: bool = False
-    """Computed from values loaded from memory (a row's data), not only from indices."""
-    mixed: frozenset[str] = frozenset()
-    """Parameters that entered arithmetic on data on the way to this value."""
-    mask: bool = False
-    """A comparison result: multiplying data by it selects, it does not compute."""
-
-
-EMPTY = KV()
-
-
-def _broadcast(shapes) -> tuple[frozenset[str], ...] | None:
-    shapes = [s for s in shapes if s is not None]
-    if len(shapes) <= 1:
-        return shapes[0] if shapes else None
-    rank = max(len(s) for s in shapes)
-    out = []
-    for i in range(rank):
-        dep: frozenset[str] = frozenset()
-        for s in shapes:
-            j = i - (rank - len(s))
-            if j >= 0:
-                dep |= s[j]
-        out.append(dep)
-    return tuple(out)
-
-
-def _merge(values, shape=None, ptr=None) -> KV:
-    """A value built from `values` by selection or joining paths: dependencies add up."""
-    values = list(values)
-    if len(values) == 1 and shape is None and ptr is None:
-        return values[0]._replace(const=None, elts=None)
-    deps = frozenset().union(*(v.deps for v in values)) if values else frozenset()
-    return KV(deps=deps, shape=shape if shape is not None else _broadcast(v.shape for v in values),
-              ptr=any(v.ptr for v in values) if ptr is None else ptr, data=any(v.data for v in values),
-              mixed=frozenset().union(*(v.mixed for v in values)) if values else frozenset(),
-              mask=bool(values) and all(v.mask for v in values))
-
-
-def _mix(values) -> KV:
-    """A value computed arithmetically from `values`: when some are data, the parameters the
-    others depend on enter the data (masks and program ids excepted)."""
-    values = list(values)
-    out = _merge(values)
-    if out.data:
-        extra = frozenset(d for v in values if not v.data and not v.mask for d in v.deps
-                          if not d.startswith(("pid:", "nprog:")))
-        if extra:
-            out = out._replace(mixed=out.mixed | extra)
-    return out._replace(mask=False)
 
 
 class KernelReader:
@@ -119,7 +59,7 @@ class KernelReader:
         for stmt in body:
             r = self.stmt(stmt, env)
             if r is not None:
-                ret = r if ret is None else _merge([ret, r])
+                ret = r if ret is None else merge([ret, r])
         return ret
 
     def stmt(self, node: ast.stmt, env: dict[str, KV]) -> KV | None:
@@ -131,7 +71,7 @@ class KernelReader:
             self.bind(node.target, self.expr(node.value, env), env)
         elif isinstance(node, ast.AugAssign):
             cur = self.expr(node.target, env)
-            self.bind(node.target, _mix([cur, self.expr(node.value, env)])._replace(ptr=cur.ptr), env)
+            self.bind(node.target, mix([cur, self.expr(node.value, env)])._replace(ptr=cur.ptr), env)
         elif isinstance(node, ast.Expr):
             self.expr(node.value, env)
         elif isinstance(node, ast.Return):
@@ -162,9 +102,9 @@ class KernelReader:
             envs.append(local)
         for name in set(envs[0]) | set(envs[1]):
             vals = [e[name] for e in envs if name in e]
-            env[name] = vals[0] if len(vals) == 1 else _merge(vals, shape=vals[0].shape, ptr=vals[0].ptr)
+            env[name] = vals[0] if len(vals) == 1 else merge(vals, shape=vals[0].shape, ptr=vals[0].ptr)
         rets = [r for r in rets if r is not None]
-        return _merge(rets) if rets else None
+        return merge(rets) if rets else None
 
     def guard(self, test: ast.expr, env: dict[str, KV]) -> tuple[str, str, object] | None:
         """`if PARAM <op> CONST` on the kernel's own constexpr, evaluated later at each launch."""
@@ -184,9 +124,9 @@ class KernelReader:
                 else [it]
             vals = [self.expr(a, env) for a in args]
             if len(vals) == 3:
-                bounds, step = _merge(vals[:2]).deps, vals[2].deps
+                bounds, step = merge(vals[:2]).deps, vals[2].deps
             else:
-                bounds, step = _merge(vals).deps, frozenset()
+                bounds, step = merge(vals).deps, frozenset()
             self.bind(node.target, KV(deps=bounds | step), env)
         else:
             bounds, step = self.expr(node.test, env).deps, frozenset()
@@ -208,7 +148,7 @@ class KernelReader:
             changed = False
             for name, value in before.items():
                 if env.get(name) is not value and env.get(name) != value:
-                    merged = _merge([value, env[name]], shape=env[name].shape, ptr=env[name].ptr)
+                    merged = merge([value, env[name]], shape=env[name].shape, ptr=env[name].ptr)
                     changed = changed or merged != value
                     env[name] = merged
             if not changed:
@@ -238,21 +178,21 @@ class KernelReader:
         if isinstance(node, ast.BinOp):
             left, right = self.expr(node.left, env), self.expr(node.right, env)
             if left.mask and right.mask:  # (rows < T) & (cols < H)
-                return _merge([left, right])
-            return _mix([left, right])._replace(const=_fold(node.op, left.const, right.const))
+                return merge([left, right])
+            return mix([left, right])._replace(const=fold(node.op, left.const, right.const))
         if isinstance(node, ast.UnaryOp):
             return self.expr(node.operand, env)
         if isinstance(node, (ast.BoolOp, ast.Compare)):
             parts = node.values if isinstance(node, ast.BoolOp) else [node.left, *node.comparators]
             # A comparison selects; the parameters of its operands do not compute the selected values.
-            return _merge([self.expr(p, env) for p in parts])._replace(ptr=False, mask=True,
+            return merge([self.expr(p, env) for p in parts])._replace(ptr=False, mask=True,
                                                                       mixed=frozenset())
         if isinstance(node, ast.IfExp):
-            return _merge([self.expr(node.test, env), self.expr(node.body, env),
+            return merge([self.expr(node.test, env), self.expr(node.body, env),
                            self.expr(node.orelse, env)])
         if isinstance(node, (ast.Tuple, ast.List)):
             elts = tuple(self.expr(e, env) for e in node.elts)
-            return KV(deps=_merge(elts).deps if elts else frozenset(), elts=elts)
+            return KV(deps=merge(elts).deps if elts else frozenset(), elts=elts)
         if isinstance(node, ast.Subscript):
             return self.subscript(node, env)
         if isinstance(node, ast.Attribute):
@@ -285,7 +225,7 @@ class KernelReader:
                 else:
                     i += 1
             shape = tuple(out + dims[i:])
-        return _merge([base, *index])._replace(shape=shape, ptr=base.ptr)
+        return merge([base, *index])._replace(shape=shape, ptr=base.ptr)
 
     def call(self, node: ast.Call, env: dict[str, KV]) -> KV:
         name = dotted(node.func)
@@ -306,17 +246,17 @@ class KernelReader:
         if leaf == "num_programs":
             return KV(deps=frozenset({f"nprog:{_axis(node)}"}))
         if leaf == "arange":
-            return KV(deps=_merge(args).deps, shape=(_merge(args).deps,))
+            return KV(deps=merge(args).deps, shape=(merge(args).deps,))
         if leaf in {"zeros", "full", "empty"}:
             return KV(shape=self.shape_arg(node.args[0] if node.args else None, env))
         if leaf in {"zeros_like", "full_like", "empty_like"} and args:
             return KV(shape=args[0].shape)
         if leaf == "load" and args:
-            return KV(shape=_broadcast([args[0].shape, kwargs.get("mask", EMPTY).shape]), data=True)
+            return KV(shape=broadcast([args[0].shape, kwargs.get("mask", EMPTY).shape]), data=True)
         if leaf == "make_block_ptr":
             block = kwargs.get("block_shape") or (args[4] if len(args) > 4 else EMPTY)
             shape = tuple(e.deps for e in block.elts) if block.elts else None
-            return KV(deps=_merge(args[:1]).deps, shape=shape, ptr=True)
+            return KV(deps=merge(args[:1]).deps, shape=shape, ptr=True)
         if leaf.startswith("atomic_"):
             self.atomic(node, leaf, args[0] if args else EMPTY)
             self.stored(args[1] if len(args) > 1 else kwargs.get("val", EMPTY), line)
@@ -326,7 +266,7 @@ class KernelReader:
             k = (a.shape[-1] if a.shape else frozenset()) | (b.shape[0] if b.shape else frozenset())
             self.use(k, "extent of the axis tl.dot reduces (K)", line)
             shape = (a.shape[0], b.shape[-1]) if a.shape and b.shape else None
-            return _mix([a, b])._replace(shape=shape)
+            return mix([a, b])._replace(shape=shape)
         if leaf in SUM_REDUCTIONS | EXACT_REDUCTIONS and args and args[0].shape is not None:
             return self.reduction(node, leaf, positional, args)
         if leaf in {"reshape", "view", "broadcast_to"} and len(positional) >= 2:
@@ -343,8 +283,8 @@ class KernelReader:
         if leaf in {"static_assert", "device_assert", "debug_barrier", "device_print"}:
             return EMPTY
         if leaf == "where" and len(args) == 3:  # selection, not arithmetic
-            return _merge(args)._replace(mask=args[1].mask and args[2].mask)
-        return _mix([*args, *kwargs.values()])
+            return merge(args)._replace(mask=args[1].mask and args[2].mask)
+        return mix([*args, *kwargs.values()])
 
     def reduction(self, node: ast.Call, leaf: str, positional: list[ast.expr], args: list[KV]) -> KV:
         shape = args[0].shape or ()
@@ -395,7 +335,7 @@ class KernelReader:
 
     def inline(self, fn: ast.FunctionDef, args: list[KV], kwargs: dict[str, KV]) -> KV:
         if self.depth >= MAX_INLINE_DEPTH:
-            return _merge([*args, *kwargs.values()])
+            return merge([*args, *kwargs.values()])
         env: dict[str, KV] = {}
         params = [a.arg for a in fn.args.args]
         for i, p in enumerate(params):
@@ -418,15 +358,6 @@ def _module_path(node: ast.expr, env: dict[str, KV]) -> bool:
 def _axis(node: ast.Call) -> int:
     arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "axis"), None)
     return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, int) else 0
-
-
-def _fold(op: ast.operator, a: object, b: object) -> object:
-    if not (isinstance(a, int) and isinstance(b, int)):
-        return None
-    try:
-        return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(op))
-    except Exception:
-        return None
 
 
 def read_kernel(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef],
