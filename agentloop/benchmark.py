@@ -114,7 +114,7 @@ def recheck(candidate_fn: Callable, reference_fn: Callable, task: Task, dims_lis
     """Compare candidate and reference on fresh inputs (new seeds) at every shape; the first
     mismatch, one line, or None."""
     for i, dims in enumerate(dims_list):
-        fresh = make_inputs(task, dims, dtype, seed + 7919 * (i + 1), device)
+        fresh = make_inputs(task, dims, dtype, seed + 7919 * (i + 1), device, on_device=True)
         want = reference_fn(**clone_inputs(fresh))
         got = candidate_fn(**fresh)
         problem = compare_outputs(task, dtype, as_outputs(got), as_outputs(want))
@@ -161,7 +161,8 @@ def benchmark_candidate(candidate_fn: Callable, reference_fn: Callable, task: Ta
     try:
         for dims in dims_list:
             stage = f"making inputs at {dims}"
-            make_args = functools.partial(clone_inputs, make_inputs(task, dims, dtype, seed, device))
+            make_args = functools.partial(clone_inputs, make_inputs(task, dims, dtype, seed, device,
+                                                                    on_device=True))
             fns: dict[str, Callable] = {"candidate": candidate_fn, "reference": reference_fn}
             if compiled is not None:
                 try:  # the first call compiles; a failure here skips the baseline, not the candidate
