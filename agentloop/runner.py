@@ -2,7 +2,7 @@
 worker pool, with a progress display.
 
 A run directory holds `results.sqlite` (the results store and the evaluation cache),
-`checkpoints.sqlite` (LangGraph's checkpoints, one thread per loop), `exchanges.jsonl` (every
+`checkpoints.sqlite` (LangGraph's checkpoints, one thread per loop, latest two kept), `exchanges.jsonl` (every
 LLM exchange), `campaign.yaml` (the campaign as run) and `kernels/` (each loop's final kernel).
 `resume=True` continues a killed run: finished loops are skipped, unfinished ones continue
 from their last checkpoint, and no evaluation or answered LLM call is repeated.
@@ -75,14 +75,36 @@ def model_types(model: type[BaseModel]) -> set[tuple[str, str]]:
     return found
 
 
+class LatestCheckpoints(SqliteSaver):
+    """LangGraph's SQLite checkpointer, keeping only each loop's `KEEP` latest checkpoints.
+
+    A resume needs the latest one only. A loop's state holds its whole history, so keeping
+    every checkpoint (one per node) would grow with the square of the loop's length."""
+
+    KEEP = 2
+
+    def put(self, config, checkpoint, metadata, new_versions):
+        saved = super().put(config, checkpoint, metadata, new_versions)
+        key = (str(config["configurable"]["thread_id"]), config["configurable"].get("checkpoint_ns", ""))
+        with self.cursor() as cur:
+            cur.execute("SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+                        "ORDER BY checkpoint_id DESC LIMIT -1 OFFSET ?", (*key, self.KEEP))
+            old = [(*key, row[0]) for row in cur.fetchall()]
+            for table in ("checkpoints", "writes"):
+                cur.executemany(f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? "
+                                "AND checkpoint_id = ?", old)
+        return saved
+
+
 def checkpointer(path: Path) -> SqliteSaver:
-    """LangGraph's SQLite checkpointer on `path`, allowed to rebuild the loop state's models."""
+    """The SQLite checkpointer on `path` (latest checkpoints only), allowed to rebuild the loop
+    state's models."""
     conn = sqlite3.connect(path, check_same_thread=False)
     try:
         serde = JsonPlusSerializer(allowed_msgpack_modules=sorted(model_types(LoopState)))
     except TypeError:  # a langgraph-checkpoint without allow-lists rebuilds any type
         serde = None
-    return SqliteSaver(conn, serde=serde)
+    return LatestCheckpoints(conn, serde=serde)
 
 
 def thread_id(cell: Cell, task: str) -> str:

@@ -24,7 +24,7 @@ from agentloop.evaluation import StageOutcome
 from agentloop.graph import build_graph
 from agentloop.llm import AgentLLM
 from agentloop.providers import ExchangeRecorder, Message, request_hash
-from agentloop.runner import checkpointer, run_loop_graph, thread_id
+from agentloop.runner import LatestCheckpoints, checkpointer, run_loop_graph, thread_id
 from agentloop.state import Candidate, Usage
 from agentloop.store import Store
 
@@ -234,7 +234,10 @@ def test_a_loop_that_failed_mid_node_resumes_from_its_checkpoint(tmp_path):
     assert isinstance(saved["candidates"][1], Candidate) and isinstance(saved["usage"], Usage)
     assert isinstance(saved["candidates"][1].stages["benchmark"], StageOutcome)
     state = run_loop_graph(graph, ctx)  # the same loop, continued
+    # Only the latest checkpoints are kept (one per node would grow with the loop's length squared).
+    kept = saver.conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
     saver.conn.close()
+    assert 1 <= kept <= LatestCheckpoints.KEEP
     assert [c.number for c in state.candidates] == [1, 2, 3]
     assert len(llm.requests) == 4  # two answered, one failed, then the third asked again
     assert [r["iteration"] for r in ctx.store.candidates()] == [1, 2, 3]
