@@ -267,6 +267,21 @@ def part_agreement(args: argparse.Namespace, tasks: list) -> list[dict]:
     return records
 
 
+def gpu_neighbours() -> str:
+    """One line on what else uses the GPU: other processes' kernels land in any event timing
+    (a killed hanging kernel can keep running for a while)."""
+    import torch
+
+    try:
+        busy = torch.cuda.utilization()
+        others = [line for line in torch.cuda.list_gpu_processes().splitlines()[1:]
+                  if f"process {os.getpid():>10d}" not in line and "no processes" not in line]
+    except Exception as exc:  # no NVML (nvidia-ml-py) here: say so and go on
+        return f"GPU neighbours: unknown ({type(exc).__name__})"
+    warning = "  WARNING: timings will include their work" if others else ""
+    return f"GPU utilisation {busy}% before timing; other processes: {len(others)}{warning}"
+
+
 def spin_up(device: str, seconds: float = 0.5) -> None:
     """Keep the GPU busy for a moment so its clocks have risen from idle before anything is timed."""
     if device != "cuda":
@@ -307,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu (Triton interpreter)"
     print(f"device {name}; torch {torch.__version__}; triton {triton.__version__}; "
           f"{len(tasks)} tasks; cuda_graph={args.cuda_graph}")
+    if args.device == "cuda":
+        print(gpu_neighbours())
     started = time.perf_counter()
     spin_up(args.device)
     out: dict[str, list[dict]] = {}
