@@ -82,13 +82,17 @@ class LatestCheckpoints(SqliteSaver):
     every checkpoint (one per node) would grow with the square of the loop's length."""
 
     KEEP = 2
+    keep: int | None = KEEP
+    """Checkpoints kept per loop; None keeps them all (a loop's history, for inspection)."""
 
     def put(self, config, checkpoint, metadata, new_versions):
         saved = super().put(config, checkpoint, metadata, new_versions)
+        if self.keep is None:
+            return saved
         key = (str(config["configurable"]["thread_id"]), config["configurable"].get("checkpoint_ns", ""))
         with self.cursor() as cur:
             cur.execute("SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
-                        "ORDER BY checkpoint_id DESC LIMIT -1 OFFSET ?", (*key, self.KEEP))
+                        "ORDER BY checkpoint_id DESC LIMIT -1 OFFSET ?", (*key, self.keep))
             old = [(*key, row[0]) for row in cur.fetchall()]
             for table in ("checkpoints", "writes"):
                 cur.executemany(f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? "
@@ -96,15 +100,17 @@ class LatestCheckpoints(SqliteSaver):
         return saved
 
 
-def checkpointer(path: Path) -> SqliteSaver:
-    """The SQLite checkpointer on `path` (latest checkpoints only), allowed to rebuild the loop
-    state's models."""
+def checkpointer(path: Path, keep: int | None = LatestCheckpoints.KEEP) -> LatestCheckpoints:
+    """The SQLite checkpointer on `path`, keeping `keep` checkpoints per loop (None: all),
+    allowed to rebuild the loop state's models."""
     conn = sqlite3.connect(path, check_same_thread=False)
     try:
         serde = JsonPlusSerializer(allowed_msgpack_modules=sorted(model_types(LoopState)))
     except TypeError:  # a langgraph-checkpoint without allow-lists rebuilds any type
         serde = None
-    return LatestCheckpoints(conn, serde=serde)
+    saver = LatestCheckpoints(conn, serde=serde)
+    saver.keep = keep
+    return saver
 
 
 def thread_id(cell: Cell, task: str) -> str:

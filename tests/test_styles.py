@@ -116,7 +116,7 @@ def test_review_helpers():
 @pytest.mark.parametrize("style", ["refine", "evolve", "team"])
 def test_every_style_goes_through_the_same_nodes(tmp_path, style):
     ctx = loop_context(tmp_path, style=style, budget=Budget(iterations=3))
-    saver = checkpointer(tmp_path / "checkpoints.sqlite")
+    saver = checkpointer(tmp_path / "checkpoints.sqlite", keep=None)  # the whole history
     graph = build_graph(saver)
     state = run_loop_graph(graph, ctx)
     config = {"configurable": {"thread_id": thread_id(ctx.cell, "rms_norm")}}
