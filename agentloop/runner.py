@@ -2,8 +2,9 @@
 worker pool, with a progress display.
 
 A run directory holds `results.sqlite` (the results store and the evaluation cache),
-`checkpoints.sqlite` (LangGraph's checkpoints, one thread per loop, latest two kept), `exchanges.jsonl` (every
-LLM exchange), `campaign.yaml` (the campaign as run) and `kernels/` (each loop's final kernel).
+`checkpoints.sqlite` (LangGraph's checkpoints, one thread per loop, the latest two kept),
+`exchanges.jsonl` (every LLM exchange), `campaign.yaml` (the campaign as run) and `kernels/`
+(each loop's final kernel).
 `resume=True` continues a killed run: finished loops are skipped, unfinished ones continue
 from their last checkpoint, and no evaluation or answered LLM call is repeated.
 """
@@ -76,13 +77,12 @@ def model_types(model: type[BaseModel]) -> set[tuple[str, str]]:
 
 
 class LatestCheckpoints(SqliteSaver):
-    """LangGraph's SQLite checkpointer, keeping only each loop's `KEEP` latest checkpoints.
+    """LangGraph's SQLite checkpointer, keeping only each loop's `keep` latest checkpoints.
 
     A resume needs the latest one only. A loop's state holds its whole history, so keeping
     every checkpoint (one per node) would grow with the square of the loop's length."""
 
-    KEEP = 2
-    keep: int | None = KEEP
+    keep: int | None = 2
     """Checkpoints kept per loop; None keeps them all (a loop's history, for inspection)."""
 
     def put(self, config, checkpoint, metadata, new_versions):
@@ -100,7 +100,7 @@ class LatestCheckpoints(SqliteSaver):
         return saved
 
 
-def checkpointer(path: Path, keep: int | None = LatestCheckpoints.KEEP) -> LatestCheckpoints:
+def checkpointer(path: Path, keep: int | None = LatestCheckpoints.keep) -> LatestCheckpoints:
     """The SQLite checkpointer on `path`, keeping `keep` checkpoints per loop (None: all),
     allowed to rebuild the loop state's models."""
     conn = sqlite3.connect(path, check_same_thread=False)

@@ -45,16 +45,17 @@ def verdict_text(result) -> str:
     return "error" if result.error else "FAIL"
 
 
-def agreement(label: str, dynamic) -> str:
-    """Whether the dynamic gate's verdict matches the label (an invariant candidate must pass,
-    a variant one must give a counterexample); broken candidates have no BI label."""
+def agreement(label: str, verdict: str) -> str:
+    """Whether the dynamic gate's verdict ("pass", "FAIL": a counterexample, "error") matches
+    the label (an invariant candidate must pass, a variant one must give a counterexample);
+    broken candidates have no BI label."""
     if label == "broken":
         return "n/a"
     if label == "invariant":
-        return "yes" if dynamic is not None and dynamic.passed else "NO"
-    if dynamic is None or dynamic.error:
+        return "yes" if verdict == "pass" else "NO"
+    if verdict == "error":
         return "error"
-    return "yes" if dynamic.counterexample else "NO"
+    return "yes" if verdict == "FAIL" else "NO"
 
 
 def bench_candidate(box: Sandbox, task, path: Path, runs: int, timeout: float) -> dict:
@@ -136,9 +137,10 @@ def main() -> None:
                 detail = out["error"] or (dyn.error if dyn and dyn.error else "") or \
                     (f"B={cx.batch_size} pos={cx.position} vs B={cx.reference_batch_size}: "
                      f"{cx.context.split(':')[0]}" if cx else "")
+                verdict = verdict_text(dyn) if dyn else "error"
                 row = {"task": name, "candidate": entry.file, "label": label, "label_source": source,
-                       "static": verdict_text(static), "dynamic": verdict_text(dyn) if dyn else "error",
-                       "both": both, "agrees": agreement(label, dyn), "cold_s": round(out["cold"], 3),
+                       "static": verdict_text(static), "dynamic": verdict,
+                       "both": both, "agrees": agreement(label, verdict), "cold_s": round(out["cold"], 3),
                        "warm_s": round(out["warm"], 3), "detail": detail[:120]}
                 rows.append(row)
                 if args.json:  # after every row, so a run cut by a time limit keeps what it measured
@@ -184,18 +186,16 @@ def saved_rows(paths: list[Path]) -> tuple[list[dict], str]:
         sys.exit(f"error: the files hold runs of several devices: {sorted(devices)}")
     device = devices.pop()
     order = {name: i for i, name in enumerate(sorted(p.stem for p in tasks_dir().glob("*.yaml")))}
+    entries = {}  # (task, file) -> manifest entry, each task's manifest read once
+    for name in {name for name, _ in by_key}:
+        for entry in load_manifest(load_task(tasks_dir() / f"{name}.yaml")).candidates:
+            entries[(name, entry.file)] = entry
     rows = []
-    for (name, file), row in sorted(by_key.items(), key=lambda kv: (order.get(kv[0][0], 99), 0)):
-        task = load_task(tasks_dir() / f"{name}.yaml")
-        entry = next(e for e in load_manifest(task).candidates if e.file == file)
-        label, source = measured_label(entry, device)
-        # The saved verdicts, judged against today's label.
-        dyn_passed = row["dynamic"] == "pass"
-        variant_found = row["dynamic"] == "FAIL"
-        agrees = ("n/a" if label == "broken" else
-                  ("yes" if dyn_passed else "NO") if label == "invariant" else
-                  ("yes" if variant_found else "error" if row["dynamic"] == "error" else "NO"))
-        rows.append({**row, "label": label, "label_source": source, "agrees": agrees})
+    for key, row in sorted(by_key.items(), key=lambda kv: order.get(kv[0][0], len(order))):
+        label, source = measured_label(entries[key], device)
+        # The saved verdict, judged against today's label.
+        rows.append({**row, "label": label, "label_source": source,
+                     "agrees": agreement(label, row["dynamic"])})
     return rows, device
 
 
@@ -206,6 +206,7 @@ def print_markdown(rows: list[dict]) -> None:
         detail = r["detail"].replace("|", "\\|")
         print(f"| {r['task']} | `{r['candidate']}` | {r['label']} | {r['static']} | {r['dynamic']} | "
               f"{r['both']} | {r['agrees']} | {r['cold_s']:.2f} | {r['warm_s']:.2f} | {detail} |")
+
 
 if __name__ == "__main__":
     main()

@@ -47,11 +47,9 @@ def make_inputs(task: Task, dims: dict[str, int], dtype: str, seed: int, device:
         try:
             with torch.device(device):
                 gen = torch.Generator(device=device).manual_seed(seed)
-                tensors = module.make_inputs(dims, DTYPES[dtype], gen, device)
+                return _with_scalars(task, module.make_inputs(dims, DTYPES[dtype], gen, device))
         except (RuntimeError, TypeError):
-            tensors = None
-        if tensors is not None:
-            return _with_scalars(task, tensors)
+            pass  # this generator cannot draw on the device: the CPU below
     gen = torch.Generator().manual_seed(seed)
     return _with_scalars(task, module.make_inputs(dims, DTYPES[dtype], gen, device))
 

@@ -237,7 +237,7 @@ def test_a_loop_that_failed_mid_node_resumes_from_its_checkpoint(tmp_path):
     # Only the latest checkpoints are kept (one per node would grow with the loop's length squared).
     kept = saver.conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
     saver.conn.close()
-    assert 1 <= kept <= LatestCheckpoints.KEEP
+    assert 1 <= kept <= LatestCheckpoints.keep
     assert [c.number for c in state.candidates] == [1, 2, 3]
     assert len(llm.requests) == 4  # two answered, one failed, then the third asked again
     assert [r["iteration"] for r in ctx.store.candidates()] == [1, 2, 3]
