@@ -43,6 +43,13 @@ class BenchSettings(BaseModel):
     l2_flush: bool = True
     cuda_graph: bool = False
     """Replay each call from a CUDA graph (GPU only): times the kernels without launch overhead."""
+    queue_ahead: bool = True
+    """GPU only: before each chunk of timed calls, hold the stream with a spin kernel long enough
+    for the host to enqueue the whole chunk, so the GPU runs flushes and calls back to back and
+    the events see device time, not gaps where the GPU waited for the host to launch the next
+    kernel. Without it a 5 us kernel's median moved by 1-5 us between runs on an H200."""
+    chunk: int = 50
+    """Timed calls enqueued behind one hold (and between two host syncs)."""
 
     @classmethod
     def for_device(cls, device: str, **overrides: Any) -> BenchSettings:
@@ -123,6 +130,42 @@ def sync(device: str) -> None:
         torch.cuda.synchronize(torch.device(device))
 
 
+MAX_HEAD_START_MS = 20.0
+"""A chunk's hold never exceeds this: a function that syncs with the host inside its call makes
+the host wait for the hold, and its measured enqueue time must not grow the next hold forever."""
+
+
+def head_start_ms(host_ms_per_call: float, calls: int) -> float:
+    """How long to hold the GPU before enqueueing `calls` timed calls that each take the host
+    `host_ms_per_call` to enqueue (flush, events and the call): 1.5x the expected enqueue time
+    plus 0.2 ms for a scheduling hiccup, at most MAX_HEAD_START_MS."""
+    return min(MAX_HEAD_START_MS, 1.5 * calls * max(host_ms_per_call, 0.0) + 0.2)
+
+
+_cycles_per_ms: dict[str, float] = {}
+
+
+def hold_stream(device: str, ms: float) -> bool:
+    """Enqueue a kernel that spins for about `ms` on `device`'s current stream (torch.cuda._sleep,
+    whose cycles per millisecond are measured once per device). False where torch lacks it."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is None:
+        return False
+    key = str(torch.device(device))
+    if key not in _cycles_per_ms:
+        cycles, best = 1_000_000, math.inf
+        for _ in range(3):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            sleep(cycles)
+            end.record()
+            end.synchronize()
+            best = min(best, start.elapsed_time(end))
+        _cycles_per_ms[key] = cycles / max(best, 1e-3)
+    sleep(int(ms * _cycles_per_ms[key]))
+    return True
+
+
 def _capture_graph(call: Callable[[], Any], device: str) -> Callable[[], Any]:
     """A CUDA graph of one call; replaying it re-runs the same kernels on the same buffers."""
     side = torch.cuda.Stream(device=torch.device(device))
@@ -164,6 +207,8 @@ class _Prepared:
                 raise ValueError("cuda_graph=True needs a CUDA device")
             call = _capture_graph(call, device)
         self.call = call
+        self.host_ms: float | None = None
+        """Host time to enqueue one timed call, measured in the last chunk (GPU)."""
         self.label: Clock = ("cuda_graph" if settings.cuda_graph else "cuda_event") if self.cuda \
             else "perf_counter"
 
@@ -176,23 +221,17 @@ class _Prepared:
             self.call()
         sync(self.device)
         per_call = max((time.perf_counter() - start) / 3, 1e-9)
+        if self.host_ms is None:
+            self.host_ms = per_call * 1e3  # wall time, an overestimate until a chunk is measured
         return max(self.settings.min_reps, min(self.settings.max_reps, math.ceil(seconds / per_call)))
 
     def samples(self, reps: int) -> list[float]:
         """Milliseconds of `reps` timed calls, each after an L2 flush (when enabled)."""
+        out: list[float] = []
         if self.cuda:
-            starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-            ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-            sync(self.device)
-            for start, end in zip(starts, ends, strict=True):
-                if self.flush is not None:
-                    self.flush.zero_()
-                start.record()
-                self.call()
-                end.record()
-            sync(self.device)
-            return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
-        out = []
+            for done in range(0, reps, max(1, self.settings.chunk)):
+                out += self._gpu_chunk(min(self.settings.chunk, reps - done))
+            return out
         for _ in range(reps):
             if self.flush is not None:
                 self.flush.zero_()
@@ -201,15 +240,35 @@ class _Prepared:
             out.append((self.clock() - t0) * 1e3)
         return out
 
+    def _gpu_chunk(self, n: int) -> list[float]:
+        """`n` timed calls enqueued behind a hold (`queue_ahead`), then one sync."""
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        sync(self.device)
+        if self.settings.queue_ahead:
+            hold_stream(self.device, head_start_ms(self.host_ms or 0.0, n))
+        enqueue = time.perf_counter()
+        for start, end in zip(starts, ends, strict=True):
+            if self.flush is not None:
+                self.flush.zero_()
+            start.record()
+            self.call()
+            end.record()
+        self.host_ms = (time.perf_counter() - enqueue) * 1e3 / n
+        sync(self.device)
+        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+
 
 def time_callable(fn: Callable, make_args: Callable[[], Any], device: str, *, warmup: int | None = None,
                   reps: int | None = None, min_time: float | None = None, l2_flush: bool = True,
-                  cuda_graph: bool = False, clock: Callable[[], float] = time.perf_counter) -> Timing:
+                  cuda_graph: bool = False, queue_ahead: bool = True,
+                  clock: Callable[[], float] = time.perf_counter) -> Timing:
     """Time `fn` called on `make_args()` (a dict of keyword arguments, or a tuple of positional
     ones; made once, reused by every call). `reps` fixes the number of timed calls, otherwise
     enough to fill `min_time` seconds. `clock` is the CPU wall clock (replaceable in tests)."""
     given = {k: v for k, v in (("warmup", warmup), ("min_time", min_time)) if v is not None}
-    settings = BenchSettings.for_device(device, l2_flush=l2_flush, cuda_graph=cuda_graph, **given)
+    settings = BenchSettings.for_device(device, l2_flush=l2_flush, cuda_graph=cuda_graph,
+                                        queue_ahead=queue_ahead, **given)
     prepared = _Prepared(fn, make_args, device, settings, clock)
     n = reps if reps is not None else prepared.reps_for(settings.min_time)
     return Timing.from_samples(prepared.samples(n), prepared.label)

@@ -3,7 +3,8 @@
 # Results land in $OUT (default ./out); logs are tarred into $OUT/logs-<phase>.tgz.
 #
 #   bash bench/gpu_checks.sh timing     # harness stability + agreement (+ CUDA-graph stability),
-#                                       # illegal memory access: first, on an idle GPU   (~5 min)
+#                                       # (+ the same without queue-ahead), illegal memory
+                                        # access: first, on an idle GPU                  (~6 min)
 #   bash bench/gpu_checks.sh gates      # dynamic gate over the corpus, 4 groups side by side,
 #                                       # and the oracle on chosen candidates            (~6 min)
 #   bash bench/gpu_checks.sh campaign   # tasks/campaigns/full.yaml; run again to resume: carry
@@ -25,9 +26,11 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
 
 case "$PHASE" in
 timing)
-  timeout 200 python3 bench/harness.py --device cuda --part stability --part agreement \
+  timeout 220 python3 bench/harness.py --device cuda --part stability --part agreement \
       --json "$OUT/harness.json" > "$LOGS/harness.log" 2>&1
-  timeout 100 python3 bench/harness.py --device cuda --part stability --cuda-graph \
+  timeout 120 python3 bench/harness.py --device cuda --part stability --no-queue-ahead \
+      --json "$OUT/harness_no_queue_ahead.json" > "$LOGS/harness_no_queue_ahead.log" 2>&1
+  timeout 120 python3 bench/harness.py --device cuda --part stability --cuda-graph \
       --json "$OUT/harness_graph.json" > "$LOGS/harness_graph.log" 2>&1
   timeout 90 python3 bench/illegal_memory_access.py --device cuda > "$LOGS/ima.log" 2>&1
   ;;

@@ -43,6 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=10, help="benchmarks per kernel in part (2)")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="part (2) times CUDA-graph replays (part (3) never: do_bench does not)")
+    parser.add_argument("--no-queue-ahead", dest="queue_ahead", action="store_false",
+                        help="GPU: do not hold the stream while a chunk of timed calls is enqueued "
+                             "(the events then also see host launch gaps)")
     parser.add_argument("--json", type=Path, default=None, help="also write every row to this file")
     return parser.parse_args(argv)
 
@@ -163,7 +166,8 @@ def part_stability(args: argparse.Namespace, tasks: list) -> list[dict]:
     from gates.reference import make_inputs, reference_fn
 
     print(f"\n(2) stability: the same kernel benchmarked {args.runs} times, CV = stdev / mean of the median")
-    settings = BenchSettings.for_device(args.device, cuda_graph=args.cuda_graph)
+    settings = BenchSettings.for_device(args.device, cuda_graph=args.cuda_graph,
+                                       queue_ahead=args.queue_ahead)
     header = ["task", "kernel", "shape", "median", "CV median", "speedup", "CV speedup", "ok"]
     rows, records = [], []
     for task in tasks:
@@ -246,7 +250,8 @@ def part_agreement(args: argparse.Namespace, tasks: list) -> list[dict]:
             for kernel, fn in kernels.items():
                 make_args = functools.partial(clone_inputs, inputs)
                 try:
-                    ours = time_callable(fn, make_args, args.device, l2_flush=flush).median_ms
+                    ours = time_callable(fn, make_args, args.device, l2_flush=flush,
+                                         queue_ahead=args.queue_ahead).median_ms
                     theirs = independent_median_ms(fn, make_args(), args.device)
                 except Exception as exc:  # a kernel that fails here is reported, not fatal
                     line = error_line(exc)
@@ -321,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu (Triton interpreter)"
     print(f"device {name}; torch {torch.__version__}; triton {triton.__version__}; "
-          f"{len(tasks)} tasks; cuda_graph={args.cuda_graph}")
+          f"{len(tasks)} tasks; cuda_graph={args.cuda_graph}; queue_ahead={args.queue_ahead}")
     if args.device == "cuda":
         print(gpu_neighbours())
     started = time.perf_counter()
@@ -334,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{part}: {time.perf_counter() - t0:.1f} s]")
     print(f"\ntotal {time.perf_counter() - started:.1f} s")
     if args.json:
-        args.json.write_text(json.dumps({"device": name, "cuda_graph": args.cuda_graph, **out}, indent=1))
+        args.json.write_text(json.dumps({"device": name, "cuda_graph": args.cuda_graph,
+                                              "queue_ahead": args.queue_ahead, **out}, indent=1))
     return 0
 
 

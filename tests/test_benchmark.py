@@ -17,8 +17,10 @@ from agentloop.benchmark import (
     geomean,
 )
 from agentloop.timer import (
+    MAX_HEAD_START_MS,
     BenchSettings,
     Timing,
+    head_start_ms,
     quantiles,
     round_order,
     time_callable,
@@ -85,6 +87,16 @@ def test_keyword_arguments_are_passed():
 def test_cuda_graph_needs_a_gpu():
     with pytest.raises(ValueError, match="CUDA device"):
         time_callable(lambda: None, tuple, "cpu", warmup=0, reps=1, cuda_graph=True)
+
+
+def test_queue_ahead_hold_covers_the_enqueue_time_and_is_capped():
+    # 50 calls that take the host 0.03 ms each to enqueue: held 1.5x as long, plus a margin
+    assert head_start_ms(0.03, 50) == pytest.approx(1.5 * 50 * 0.03 + 0.2)
+    assert head_start_ms(0.06, 50) > head_start_ms(0.03, 50) > head_start_ms(0.03, 10)
+    # a call that syncs inside makes the host wait for the hold itself: the next hold is capped
+    assert head_start_ms(5.0, 50) == MAX_HEAD_START_MS
+    assert head_start_ms(-1.0, 50) == pytest.approx(0.2)
+    assert BenchSettings.for_device("cpu").queue_ahead  # ignored off a GPU: the CPU path has no stream
 
 
 def test_quantiles_match_numpy_and_geomean():
