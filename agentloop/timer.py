@@ -166,7 +166,7 @@ def hold_stream(device: str, ms: float) -> bool:
     return True
 
 
-def _capture_graph(call: Callable[[], Any], device: str) -> Callable[[], Any]:
+def capture_graph(call: Callable[[], Any], device: str) -> Callable[[], Any]:
     """A CUDA graph of one call; replaying it re-runs the same kernels on the same buffers."""
     side = torch.cuda.Stream(device=torch.device(device))
     side.wait_stream(torch.cuda.current_stream())
@@ -205,7 +205,7 @@ class _Prepared:
         if settings.cuda_graph:
             if not self.cuda:
                 raise ValueError("cuda_graph=True needs a CUDA device")
-            call = _capture_graph(call, device)
+            call = capture_graph(call, device)
         self.call = call
         self.host_ms: float | None = None
         """Host time to enqueue one timed call, measured in the last chunk (GPU)."""

@@ -28,10 +28,10 @@ case "$PHASE" in
 timing)
   timeout 220 python3 bench/harness.py --device cuda --part stability --part agreement \
       --json "$OUT/harness.json" > "$LOGS/harness.log" 2>&1
-  timeout 120 python3 bench/harness.py --device cuda --part stability --no-queue-ahead \
-      --json "$OUT/harness_no_queue_ahead.json" > "$LOGS/harness_no_queue_ahead.log" 2>&1
-  timeout 120 python3 bench/harness.py --device cuda --part stability --cuda-graph \
+  timeout 200 python3 bench/harness.py --device cuda --part stability --part agreement --cuda-graph \
       --json "$OUT/harness_graph.json" > "$LOGS/harness_graph.log" 2>&1
+  timeout 150 python3 bench/harness.py --device cuda --part stability --part agreement --no-queue-ahead \
+      --json "$OUT/harness_no_queue_ahead.json" > "$LOGS/harness_no_queue_ahead.log" 2>&1
   timeout 90 python3 bench/illegal_memory_access.py --device cuda > "$LOGS/ima.log" 2>&1
   ;;
 gates)

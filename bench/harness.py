@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tasks", default="all", help="comma-separated task names, or 'all'")
     parser.add_argument("--runs", type=int, default=10, help="benchmarks per kernel in part (2)")
     parser.add_argument("--cuda-graph", action="store_true",
-                        help="part (2) times CUDA-graph replays (part (3) never: do_bench does not)")
+                        help="parts (2) and (3) time CUDA-graph replays (part (3): ours and do_bench alike)")
     parser.add_argument("--no-queue-ahead", dest="queue_ahead", action="store_false",
                         help="GPU: do not hold the stream while a chunk of timed calls is enqueued "
                              "(the events then also see host launch gaps)")
@@ -218,13 +218,17 @@ def fmt_ms(ms: float) -> str:
 
 
 # (3) agreement -----------------------------------------------------------------------------
-def independent_median_ms(fn: Callable, kwargs: dict, device: str) -> float:
+def independent_median_ms(fn: Callable, kwargs: dict, device: str, cuda_graph: bool = False) -> float:
     """The median from a timer that is not ours: do_bench on a GPU (L2 flush before each call,
-    like ours), torch.utils.benchmark on a CPU (no flush)."""
+    like ours; with `cuda_graph`, of a CUDA-graph replay of the call, as our graph mode times),
+    torch.utils.benchmark on a CPU (no flush)."""
     if device == "cuda":
         from triton.testing import do_bench
 
-        return float(do_bench(lambda: fn(**kwargs), return_mode="median"))
+        from agentloop.timer import capture_graph
+
+        call = capture_graph(lambda: fn(**kwargs), device) if cuda_graph else (lambda: fn(**kwargs))
+        return float(do_bench(call, return_mode="median"))
     from torch.utils.benchmark import Timer
 
     return Timer(stmt="fn(**kwargs)", globals={"fn": fn, "kwargs": kwargs}).blocked_autorange(
@@ -233,13 +237,17 @@ def independent_median_ms(fn: Callable, kwargs: dict, device: str) -> float:
 
 def part_agreement(args: argparse.Namespace, tasks: list) -> list[dict]:
     """Every invariant corpus kernel at every bench shape: our median / the independent median,
-    both timing the same inputs."""
+    both timing the same inputs. With --cuda-graph both time a CUDA-graph replay of the call, so
+    both see device time only; without it do_bench also sees the gaps where the GPU waits for the
+    host, which our queue-ahead leaves out (--no-queue-ahead makes ours see them too)."""
     from agentloop.benchmark import bench_dims, clone_inputs
     from agentloop.timer import time_callable
     from gates.reference import make_inputs
 
     other = "do_bench" if args.device == "cuda" else "torch.utils.benchmark"
-    print(f"\n(3) agreement with {other} on the corpus's batch-invariant kernels (ratio = ours / theirs)")
+    mode = " (both timing CUDA-graph replays)" if args.cuda_graph else ""
+    print(f"\n(3) agreement with {other}{mode} on the corpus's batch-invariant kernels "
+          "(ratio = ours / theirs)")
     flush = args.device == "cuda"
     header = ["task", "kernel", "shape", "ours", other, "ratio", "ok"]
     rows, records = [], []
@@ -251,8 +259,8 @@ def part_agreement(args: argparse.Namespace, tasks: list) -> list[dict]:
                 make_args = functools.partial(clone_inputs, inputs)
                 try:
                     ours = time_callable(fn, make_args, args.device, l2_flush=flush,
-                                         queue_ahead=args.queue_ahead).median_ms
-                    theirs = independent_median_ms(fn, make_args(), args.device)
+                                         cuda_graph=args.cuda_graph, queue_ahead=args.queue_ahead).median_ms
+                    theirs = independent_median_ms(fn, make_args(), args.device, args.cuda_graph)
                 except Exception as exc:  # a kernel that fails here is reported, not fatal
                     line = error_line(exc)
                     rows.append([task.name, kernel, short(dims), "-", "-", "-", line[:60]])

@@ -21,7 +21,9 @@ from gates.batching import RowPools, as_bits
 from gates.candidate import CandidateError, candidate_entry, describe_exception
 from gates.contract import Task
 from gates.plan import (
+    CPU_SINGLES,
     NEAR_TIE,
+    SINGLES,
     Context,
     HarnessError,
     batch_sizes,
@@ -75,17 +77,19 @@ def gate_plan(task: Task, device: str, sizes: list[int], *, first_dtype: bool = 
     """The contexts for one dtype.
 
     CPU: the interpreter runs programs one at a time, so one repeat of the row alone shows kept
-    state, and small batches show content and position effects at a fraction of the cost.
+    state, and small batches show content and position effects at a fraction of the cost;
+    CPU_SINGLES random rows alone.
     GPU, first dtype (float32): every batch size, zeros / large (/ long) content at one middle
-    size, the largest batch permuted and repeated (atomics make runs differ only sometimes).
+    size, the largest batch permuted and repeated (atomics make runs differ only sometimes),
+    and the first SINGLES random rows alone, each compared with itself in every random batch.
     GPU, later dtypes: each probe alone and batches at every fourth size and the largest, so
     that dtype-dependent launch choices still show at a quarter of the calls."""
     ragged = is_ragged(task, device)
     if device == "cpu":
-        return plan_contexts(sizes, ragged=ragged, compact=True,
+        return plan_contexts(sizes, ragged=ragged, compact=True, singles=CPU_SINGLES,
                              permute_size=content_sizes(sizes, compact=True)[-1], seed=seed)
     if first_dtype:
-        return plan_contexts(sizes, ragged=ragged, contents=1, repeats=1, seed=seed)
+        return plan_contexts(sizes, ragged=ragged, contents=1, repeats=1, singles=SINGLES, seed=seed)
     batched = [b for b in sizes if b > 1]
     spaced = sorted({1, *batched[::4], *batched[-1:]})
     return plan_contexts(spaced, ragged=ragged, contents=0, permute=False, extras=False, seed=seed)
@@ -193,13 +197,16 @@ def _first_difference(got: torch.Tensor, want: torch.Tensor) -> tuple[int, int, 
 
 def run_contexts(fn: Callable, task: Task, plan: list[Context], pools: RowPools, dtype: str) -> Outcome:
     """Call `fn` in every context of the plan until the first row whose bits differ: probe rows
-    against the probe alone, every row of a permuted or repeated batch against its base, and the
-    co-batched rows two consecutive random batches share against each other."""
+    against the probe alone, random rows that have a "single" context against that row alone,
+    every row of a permuted or repeated batch against its base, and the co-batched rows two
+    consecutive random batches share against each other."""
     batched = [i for i, o in enumerate(task.outputs) if o.batched]
     bases = {c.base for c in plan if c.base is not None}
     refs: dict[int, list[torch.Tensor]] = {}
     ref_extent: dict[int, int | None] = {}
     kept: dict[int, list[torch.Tensor]] = {}
+    singles: dict[int, list[torch.Tensor]] = {}
+    """Random row -> its outputs computed alone."""
     previous: tuple[Context, list[torch.Tensor]] | None = None
     matched: list[int] = []
     for index, ctx in enumerate(plan):
@@ -222,7 +229,10 @@ def run_contexts(fn: Callable, task: Task, plan: list[Context], pools: RowPools,
             return Outcome(error=f"{problem}; in {where(0)}", calls=index + 1)
         rows_of = lambda t, values: t.index_select(0, torch.tensor(values, dtype=torch.long, device=t.device))
         # Clone what later contexts compare with: the candidate may reuse its output buffers.
-        mine = [outs[i].clone() for i in batched] if ctx.kind in ("alone", "batch") or index in bases else []
+        keep = ctx.kind in ("alone", "single", "batch") or index in bases
+        mine = [outs[i].clone() for i in batched] if keep else []
+        if ctx.kind == "single":
+            singles[ctx.slots[0].row] = mine
         if ctx.kind == "alone":
             refs[ctx.probes[0]], ref_extent[ctx.probes[0]] = mine, batch.extent
         if index in bases:
@@ -245,9 +255,18 @@ def run_contexts(fn: Callable, task: Task, plan: list[Context], pools: RowPools,
                                            reference_batch_size=1, max_abs_diff=diff[2],
                                            mismatched_elements=diff[1], context=context)
                     break
-        comparisons = []
+        # (reference batch size, its outputs, positions here, rows there, row ids, note)
+        comparisons: list[tuple[int, list[torch.Tensor], list[int], list[int], list[int], str]] = []
         if base is not None:
-            comparisons.append((base, kept[ctx.base], list(range(b)), ctx.order, ""))
+            order = ctx.order or []
+            comparisons.append((base.batch_size, kept[ctx.base], list(range(b)), order, order, ""))
+        alone_rows = [p for p, s in enumerate(ctx.slots) if ctx.kind == "batch" and p not in ctx.probes
+                      and s.pool == "random" and s.row in singles]
+        if alone_rows:
+            ids = [ctx.slots[p].row for p in alone_rows]
+            stacked = [torch.cat([singles[r][k] for r in ids]) for k in range(len(batched))]
+            comparisons.append((1, stacked, alone_rows, list(range(len(ids))), ids,
+                                "; compared with the same co-batched row computed alone (batch 1)"))
         if previous is not None and ctx.kind == "batch":
             prev_ctx, prev_outs = previous
             seen = {slot: p for p, slot in enumerate(prev_ctx.slots) if p not in prev_ctx.probes}
@@ -255,16 +274,16 @@ def run_contexts(fn: Callable, task: Task, plan: list[Context], pools: RowPools,
             if shared:
                 note = f"; compared with the same co-batched row in the batch of {prev_ctx.batch_size}"
                 here, there = [p for p, _ in shared], [q for _, q in shared]
-                comparisons.append((prev_ctx, prev_outs, here, there, note))
-        for other, other_outs, here, there, note in comparisons:
+                comparisons.append((prev_ctx.batch_size, prev_outs, here, there, there, note))
+        for ref_b, other_outs, here, there, ids, note in comparisons:
             for k, i in enumerate(batched):
                 if found:
                     break
                 diff = _first_difference(rows_of(outs[i], here), rows_of(other_outs[k], there))
                 if diff:
                     j = diff[0]
-                    found = Counterexample(output=i, row=there[j], batch_size=b, position=here[j],
-                                           reference_batch_size=other.batch_size, max_abs_diff=diff[2],
+                    found = Counterexample(output=i, row=ids[j], batch_size=b, position=here[j],
+                                           reference_batch_size=ref_b, max_abs_diff=diff[2],
                                            mismatched_elements=diff[1], context=where(here[j]) + note)
         if found:
             return Outcome(found, calls=index + 1)

@@ -16,8 +16,9 @@ from typing import Literal
 
 from gates.contract import Arg, Task
 
-ContextKind = Literal["alone", "repeat", "padding", "batch", "zeros", "large", "long", "permuted"]
-"""alone: a probe row by itself (the reference); repeat: a call repeated with identical inputs;
+ContextKind = Literal["alone", "single", "repeat", "padding", "batch", "zeros", "large", "long", "permuted"]
+"""alone: a probe row by itself (the reference); single: a co-batched random row by itself (the
+reference for that row wherever it sits in a random batch); repeat: a call repeated with identical inputs;
 padding: a probe alone with extra padding along the padded axis; batch: probes among fresh
 random rows; zeros / large / long: probes among rows of zeros, of large magnitude, or of longer
 sequences; permuted: a batch with its rows reordered."""
@@ -34,6 +35,14 @@ NEAR_TIE_STEPS = (-2, -1, 0, 1, 2)
 """Ulps from the row maximum of the planted near-ties, lowest first."""
 NOISE_ROWS = 8
 """Distinct rows of padding garbage for a ragged task, cycled over batch positions."""
+SINGLES = 16
+"""Co-batched random rows also computed alone on a GPU, so that every random batch compares up to
+this many more rows with the row alone. A library reduction that changes its strategy with the
+batch size changes the rounding of only some rows (measured on an H200: torch's vector_norm kept
+the bits of two random rows from B=1 to 8192 but changed a near-tie row's at B=8), so the more
+distinct rows meet their batch-1 selves, the likelier the change shows."""
+CPU_SINGLES = 4
+"""The same in Triton's interpreter, where every call costs milliseconds per row."""
 LARGE_SCALE = 1000.0
 CPU_BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 17, 32, 33)
 CUDA_BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512)
@@ -99,6 +108,7 @@ class Context:
         at = f"the row at position {position} ({where})"
         text = {
             "alone": "the row alone (batch 1)",
+            "single": "the co-batched row alone (batch 1)",
             "padding": "the row alone with extra padding along the padded axis",
             "batch": f"a batch of {b} with fresh random co-batched rows; {at}",
             "zeros": f"a batch of {b} whose other rows are all zeros; {at}",
@@ -143,15 +153,17 @@ def content_sizes(sizes: list[int], compact: bool = False) -> list[int]:
 
 def plan_contexts(sizes: list[int], *, ragged: bool, repeat_each_size: bool = False, repeats: int = 0,
                   permute_size: int | None = None, compact: bool = False, contents: int = 2,
-                  permute: bool = True, extras: bool = True, seed: int = 0) -> list[Context]:
+                  permute: bool = True, extras: bool = True, singles: int = 0,
+                  seed: int = 0) -> list[Context]:
     """The ordered contexts of one dynamic-gate run; the first counterexample ends the run.
 
-    Each probe alone, then (`extras`) probe 0 repeated and, if ragged, with extra padding; a
-    batch of every size; zeros / large (/ long) co-batched content at the last `contents` of
-    `content_sizes`; with `permute`, a permuted batch and `repeats` repeated calls of the
-    largest batch of at most `permute_size` rows (default: the largest). `compact` picks
-    smaller content sizes."""
+    Each probe alone, the first `singles` random rows alone, then (`extras`) probe 0 repeated
+    and, if ragged, with extra padding; a batch of every size; zeros / large (/ long) co-batched
+    content at the last `contents` of `content_sizes`; with `permute`, a permuted batch and
+    `repeats` repeated calls of the largest batch of at most `permute_size` rows (default: the
+    largest). `compact` picks smaller content sizes."""
     plan = [Context("alone", [Slot("probe", p)], {0: p}) for p in range(PROBE_ROWS)]
+    plan += [Context("single", [Slot("random", r)]) for r in range(singles)]
     if extras:
         plan.append(Context("repeat", [Slot("probe", 0)], {0: 0}))
         if ragged:

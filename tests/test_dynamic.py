@@ -10,18 +10,20 @@ from gates import batching, dynamic
 from gates.batching import RowPools, as_bits, near_tie_row
 from gates.candidate import candidate_entry
 from gates.contract import BISettings, get_task
-from gates.dynamic import dynamic_gate, gate_plan, plan_size
+from gates.dynamic import dynamic_gate, gate_plan, plan_size, run_contexts
 from gates.feedback import render_counterexample
 from gates.plan import (
     CPU_BATCH_SIZES,
     NEAR_TIE,
     PROBE_ROWS,
+    SINGLES,
     HarnessError,
     batch_sizes,
     content_sizes,
     plan_contexts,
     plan_elements,
 )
+from gates.reference import as_outputs, reference_fn
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RMS = get_task("rms_norm")
@@ -207,13 +209,44 @@ def test_cuda_plan_keeps_its_coverage_in_about_a_third_of_the_calls():
         assert all(NEAR_TIE in c.probes.values() for c in first
                    if c.kind in ("batch", "zeros", "large", "long") and c.batch_size >= PROBE_ROWS)
         kinds = {c.kind for c in first}
-        assert {"alone", "batch", "zeros", "large", "permuted", "repeat"} <= kinds
+        assert {"alone", "single", "batch", "zeros", "large", "permuted", "repeat"} <= kinds
+        singles = {c.slots[0] for c in first if c.kind == "single"}
+        assert len(singles) == SINGLES and {s.pool for s in singles} == {"random"}
+        # every single row sits in the largest random batch, so meets its batch-1 self there
+        largest = max((c for c in first if c.kind == "batch"), key=lambda c: c.batch_size)
+        assert len(singles & set(largest.slots)) >= SINGLES - PROBE_ROWS
         if task.ragged:
             assert {"long", "padding"} <= kinds
         later = gate_plan(task, "cuda", sizes, first_dtype=False)
         assert max(c.batch_size for c in later) == max(sizes) and len(later) < len(first) / 2
-        # Before: every size in both dtypes, each repeated, content at two sizes: 94 to 104 calls.
-        assert plan_size(task, "cuda").calls <= 36
+        # Before: every size in both dtypes, each repeated, content at two sizes: 94 to 104 calls;
+        # the singles are batch-1 calls on top.
+        assert plan_size(task, "cuda").calls <= 36 + SINGLES
+
+
+def test_singles_catch_a_row_that_changes_where_no_probe_sits():
+    """A kernel that changes the bits of the row at position 1 from eight rows up: no probe sits
+    there, and the row keeps its (wrong) bits from B=8 to B=16, so comparing consecutive batches
+    misses it; comparing the row with itself computed alone catches it at B=8."""
+    ref = reference_fn(RMS)
+
+    def position_one_changes(*args):
+        outs = list(as_outputs(ref(*args)))
+        if outs[0].shape[0] >= 8:
+            out = outs[0].clone(memory_format=torch.contiguous_format)
+            as_bits(out).view(out.shape[0], -1)[1, 0] ^= 1
+            outs[0] = out
+        return tuple(outs)
+
+    found = {}
+    for singles in (0, 4):
+        plan = plan_contexts([1, 2, 3, 4, 5, 8, 16], ragged=False, contents=0, permute=False, singles=singles)
+        pools = RowPools(RMS, "cpu", "float32", plan)
+        found[singles] = run_contexts(position_one_changes, RMS, plan, pools, "float32").counterexample
+    assert found[0] is None
+    cx = found[4]
+    assert (cx.batch_size, cx.position, cx.row, cx.reference_batch_size) == (8, 1, 1, 1)
+    assert cx.mismatched_elements == 1 and "computed alone (batch 1)" in cx.context
 
 
 def test_plan_elements_count_what_the_pools_generate():
