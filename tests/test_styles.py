@@ -15,7 +15,7 @@ from agentloop.runner import checkpointer, run_loop_graph, thread_id
 from agentloop.state import Candidate, LoopState, Usage
 from agentloop.store import Store
 from agentloop.styles import EvolveSettings, EvolveStyle, Proposing, RefineSettings, RefineStyle, TeamStyle
-from agentloop.styles.team import review_verdict
+from agentloop.styles.team import TeamSettings, review_verdict
 from gates.contract import get_task
 
 TASK = get_task("rms_norm")
@@ -105,6 +105,30 @@ def test_team_plans_codes_reviews_and_revises_each_role_on_its_own_model(tmp_pat
     assert llm.usage.llm_calls == 3
 
 
+def test_team_shows_the_planner_and_the_coder_why_the_last_kernel_was_rejected(tmp_path):
+    planner, coder = ScriptedProvider(lambda m: "- tile it"), ScriptedProvider(lambda m: KERNEL)
+    approve = ScriptedProvider(lambda m: "verdict: approve")
+    rejected = _candidate(2, "rejected", rejected_by="dynamic", bi=False,
+                          code="def rms_norm(x, weight, eps):  # two\n")
+    state = LoopState(task="rms_norm", candidates=[_candidate(1, speedup=1.5), rejected])
+    llm = _llm(tmp_path, {"planner": planner, "coder": coder, "reviewer": approve})
+    TeamStyle().propose(_proposing(state, llm))
+    plan_prompt, code_prompt = planner.requests[0][-1].content, coder.requests[0][-1].content
+    assert "rejected by the dynamic stage" in plan_prompt and "note 2" in plan_prompt
+    assert "# two" not in plan_prompt  # the planner gets the verdict, not the code
+    assert "## Latest attempts" in code_prompt and "# two" in code_prompt and "note 2" in code_prompt
+    # the best kernel is shown once, as the kernel to beat
+    assert code_prompt.count("# kernel 1") == 1 and "### Candidate 1" not in code_prompt
+    # the coder sees the last `attempts` candidates
+    state = LoopState(task="rms_norm", candidates=[rejected, _candidate(3, speedup=2.0),
+                                                   _candidate(4, "rejected", rejected_by="compile")])
+    coder = ScriptedProvider(lambda m: KERNEL)
+    llm = _llm(tmp_path / "2", {"planner": planner, "coder": coder, "reviewer": approve})
+    TeamStyle(TeamSettings(attempts=1)).propose(_proposing(state, llm))
+    shown_to_coder = coder.requests[0][-1].content
+    assert "### Candidate 4" in shown_to_coder and "# two" not in shown_to_coder
+
+
 def test_review_helpers():
     assert review_verdict("**Verdict:** approve\nfine") == "approve"
     assert review_verdict("looks wrong") == "revise"
@@ -129,6 +153,7 @@ def test_every_style_goes_through_the_same_nodes(tmp_path, style):
     for r in filter(str.strip, rounds):
         names = ["generate"] + r.split()
         assert names == order[:len(names)]
-    assert len(state.candidates) == 3 and state.final is not None
+    assert len(state.candidates) == 3
+    assert (state.final is not None) == any(c.status == "accepted" for c in state.candidates)
     for c in state.candidates:
         assert list(c.stages) == list(STAGES[:len(c.stages)])

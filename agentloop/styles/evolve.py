@@ -75,7 +75,7 @@ class EvolveStyle(Style):
         ranked = self.population(p)
         seeds = p.seeds[:p.llm.calls_left()] if p.llm.calls_left() is not None else p.seeds
         if not ranked:  # the first round: independent drafts
-            messages = p.render("coder", plan=None, best=None)
+            messages = p.render("coder", plan=None, best=None, attempts=None)
             draft = lambda seed: Proposal(answer=p.llm.ask("coder", messages, seed).text, seed=seed)
             return p.parallel(draft, seeds)
         elites = ranked[:self.settings.elites]

@@ -26,7 +26,7 @@ class RefineStyle(Style):
         self.settings = settings or RefineSettings()
 
     def propose(self, p: Proposing) -> list[Proposal]:
-        messages = p.render("coder", plan=None, best=None)
+        messages = p.render("coder", plan=None, best=None, attempts=None)
         earlier = p.state.candidates[-self.settings.history:]
         for c in earlier:
             messages += [Message(role="assistant", content=c.answer),

@@ -1,7 +1,9 @@
 """`team`: a planner proposes an optimisation plan, a coder writes the kernel, a reviewer
 critiques the draft before it is evaluated and, unless it approves, the coder revises it.
 Each role may use its own model (the campaign's `roles`). The coder sees the plan and the
-review without their code blocks (the templates' `without_code` filter): the kernel is its job."""
+review without their code blocks (the templates' `without_code` filter): the kernel is its job.
+The planner sees what the evaluation said about the latest candidate, the coder the latest few
+kernels with their verdicts, so a rejected kernel is fixed rather than handed in again."""
 
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ class TeamSettings(BaseModel):
     """Have the reviewer critique each draft before evaluation."""
     history: int = Field(default=8, ge=0)
     """Earlier candidates the planner is told about."""
+    attempts: int = Field(default=3, ge=0)
+    """Latest candidates the coder is shown with their code and feedback (the best one is shown
+    apart, as the kernel to beat)."""
 
 
 def review_verdict(review: str) -> str:
@@ -48,6 +53,12 @@ class TeamStyle(Style):
         best = p.state.best(p.bi_aware)
         earlier = p.state.candidates[-self.settings.history:] if self.settings.history else []
         history = [shown(c) for c in earlier]
+        # What the gates said about the latest candidates (the best is shown apart), so that a
+        # rejected kernel is fixed rather than handed in again: the planner gets the last verdict,
+        # the coder the last few kernels with their verdicts.
+        recent = p.state.candidates[-self.settings.attempts:] if self.settings.attempts else []
+        attempts = [shown(c) for c in recent if c.code and (best is None or c.number != best.number)]
+        last = shown(p.state.candidates[-1]) if p.state.candidates else None
 
         def one(seed: int) -> Proposal | None:
             # A team needs at least the planner and the coder; the review is skipped when the
@@ -55,8 +66,8 @@ class TeamStyle(Style):
             left = p.llm.calls_left()
             if left is not None and left < 2:
                 return None
-            plan = p.llm.ask("planner", p.render("planner", history=history), seed).text
-            coder = p.render("coder", plan=plan, best=shown(best) if best else None)
+            plan = p.llm.ask("planner", p.render("planner", history=history, last=last), seed).text
+            coder = p.render("coder", plan=plan, best=shown(best) if best else None, attempts=attempts)
             answer = p.llm.ask("coder", coder, seed).text
             notes = {"plan": plan}
             draft = extract_code(answer, p.task.entry)
