@@ -2,13 +2,14 @@
 # The H200 checks the docs rely on, in phases that each fit one device call of at most 10 minutes.
 # Results land in $OUT (default ./out); logs are tarred into $OUT/logs-<phase>.tgz.
 #
-#   bash bench/gpu_checks.sh timing     # harness stability + agreement (+ CUDA-graph stability),
-#                                       # (+ the same without queue-ahead), illegal memory
-                                        # access: first, on an idle GPU                  (~6 min)
+#   bash bench/gpu_checks.sh timing     # harness stability + agreement: default, --cuda-graph and
+#                                       # --no-queue-ahead; illegal memory access. First, on an
+#                                       # idle GPU                                       (~8 min)
 #   bash bench/gpu_checks.sh gates      # dynamic gate over the corpus, 4 groups side by side,
 #                                       # and the oracle on chosen candidates            (~6 min)
 #   bash bench/gpu_checks.sh campaign   # tasks/campaigns/full.yaml; run again to resume: carry
-#                                       # runs/full back (it is tarred to $OUT/full.tgz) (~9 min)
+#                                       # runs/full back (it is tarred to $OUT/full.tgz)
+#                                       # (~6-7 min on two H200s, ~9 min on one)
 #
 # Learned the hard way: timing runs go first on a fresh machine. A candidate that hangs is
 # killed after its timeout, and the runs after it on the same machine were noisier (see
@@ -26,11 +27,11 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
 
 case "$PHASE" in
 timing)
-  timeout 220 python3 bench/harness.py --device cuda --part stability --part agreement \
+  timeout 170 python3 bench/harness.py --device cuda --part stability --part agreement \
       --json "$OUT/harness.json" > "$LOGS/harness.log" 2>&1
-  timeout 200 python3 bench/harness.py --device cuda --part stability --part agreement --cuda-graph \
+  timeout 170 python3 bench/harness.py --device cuda --part stability --part agreement --cuda-graph \
       --json "$OUT/harness_graph.json" > "$LOGS/harness_graph.log" 2>&1
-  timeout 150 python3 bench/harness.py --device cuda --part stability --part agreement --no-queue-ahead \
+  timeout 130 python3 bench/harness.py --device cuda --part stability --part agreement --no-queue-ahead \
       --json "$OUT/harness_no_queue_ahead.json" > "$LOGS/harness_no_queue_ahead.log" 2>&1
   timeout 90 python3 bench/illegal_memory_access.py --device cuda > "$LOGS/ima.log" 2>&1
   ;;
