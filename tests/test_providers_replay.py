@@ -112,6 +112,33 @@ def test_guidance_heading_is_read_and_names_one_hazard():
     assert "atomic_sumsq.py" in plain  # without the guidance it is a candidate like any other
 
 
+def _review_request(draft: str, bi_aware: bool) -> list[Message]:
+    guidance = "\n\n## Batch-invariance guidance\nThe kernel must be batch invariant, bitwise.\n"
+    ask = (f"## Draft to review\n```python\n{draft}```\n\nStart your answer with one line, "
+           "`verdict: approve` when the draft can be evaluated as it is or `verdict: revise` "
+           "when it must change.")
+    guidance = guidance if bi_aware else ""
+    return [Message(role="system", content="You are the reviewer."),
+            Message(role="user", content=PROMPT + guidance + "\n\n" + ask)]
+
+
+def test_review_requests_get_a_verdict_from_the_hazards_the_draft_shows():
+    from agentloop.styles.team import review_verdict
+
+    replay = _replay()
+    atomic = replay.complete(_review_request(CORPUS["atomic_sumsq.py"], bi_aware=True), seed=0).text
+    assert review_verdict(atomic) == "revise" and "atomics" in atomic and "```" not in atomic
+    clean = replay.complete(_review_request(CORPUS["row_per_program.py"], bi_aware=True), seed=0).text
+    assert review_verdict(clean) == "approve"
+    # Without batch-invariance guidance in the prompt the hazard is none of its business.
+    baseline = replay.complete(_review_request(CORPUS["atomic_sumsq.py"], bi_aware=False), seed=0).text
+    assert review_verdict(baseline) == "approve"
+    # The coder asked to revise after that review steers away from the named hazard.
+    revision = _conversation("Here it is.\n```python\n" + CORPUS["atomic_sumsq.py"] + "```", atomic)
+    picks = {_which(replay.complete(revision, seed=s).text) for s in range(10)}
+    assert "atomic_sumsq.py" not in picks
+
+
 def test_prompt_without_task_line_is_a_one_line_error():
     with pytest.raises(ProviderError, match="task: <name>") as info:
         _replay().complete([Message(role="user", content="Write a kernel.")])

@@ -17,8 +17,13 @@ sources; it never reads the corpus manifest (the labels). What it reads in the c
   Ties are broken by a generator seeded by the seed and the conversation, so one conversation
   and seed always get one answer.
 
-Its answer is prose and one fenced ```python block holding a corpus source verbatim. It reports
-zero tokens and zero cost.
+Its answer is prose and one fenced ```python block holding a corpus source verbatim.
+
+Asked for a review instead (a request that offers both `verdict: approve` and `verdict: revise`,
+as the team reviewer's prompt does), it reviews the request's last ```python block: where the
+prompt speaks of batch invariance and the draft shows a hazard, it answers `verdict: revise` and
+names each hazard and what to do instead; otherwise `verdict: approve`. It cannot judge
+correctness or speed, and says so. It reports zero tokens and zero cost.
 """
 
 from __future__ import annotations
@@ -51,6 +56,9 @@ _FEEDBACK_HEAD = re.compile(
 # Bare "batch" is not a cue: performance feedback speaks of batch sizes too.
 _GENERAL_BI = re.compile(r"bitwise|invarian|\bBI\d{3}\b|determinis|batch[- ]dependen|depends on the batch"
                          r"|differs? (?:between|across|with) (?:the )?batch", re.IGNORECASE)
+_REVIEW_ASK = re.compile(r"verdict:\s*approve.*verdict:\s*revise|verdict:\s*revise.*verdict:\s*approve",
+                         re.IGNORECASE | re.DOTALL)
+_PYTHON_BLOCK = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
 _BATCH_NAMES = r"(?:T|M|B|N_ROWS|n_rows|num_tokens|num_seqs|batch|batch_size|bs|x\.shape\[0\])"
 
 
@@ -196,10 +204,30 @@ class ReplayProvider(Provider):
 
     def complete(self, messages: list[Message], *, seed: int | None = None) -> Completion:
         start = time.perf_counter()
-        prose, source = self.choose(messages, seed)
-        text = f"{prose}\n\n```python\n{source.rstrip()}\n```\n"
+        asked = messages[-1].content if messages else ""
+        if _REVIEW_ASK.search(asked):
+            text = review(messages)
+        else:
+            prose, source = self.choose(messages, seed)
+            text = f"{prose}\n\n```python\n{source.rstrip()}\n```\n"
         return Completion(text=text, latency_s=time.perf_counter() - start, model="corpus",
                           provider=self.name, cost_usd=0.0)
+
+
+def review(messages: list[Message]) -> str:
+    """A reviewer's answer on the last ```python block of the request (see the module docstring)."""
+    blocks = _PYTHON_BLOCK.findall(messages[-1].content)
+    if not blocks:
+        return "verdict: revise\n- There is no draft to review: give the kernel in one ```python block."
+    draft = blocks[-1]
+    prompt = "\n".join(m.content for m in messages if m.role != "assistant")
+    hazards = [h for h in HAZARDS if h.sign.search(draft)] if _GENERAL_BI.search(prompt) else []
+    if not hazards:
+        return ("verdict: approve\nI see nothing in the draft that the task forbids; I cannot check its "
+                "numbers or its speed, the evaluation will.")
+    lines = [f"- It shows a batch-invariance hazard ({h.name}): make it so that it {h.avoided}."
+             for h in hazards]
+    return "verdict: revise\n" + "\n".join(lines)
 
 
 class RunReplayProvider(Provider):
