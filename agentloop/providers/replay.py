@@ -38,6 +38,7 @@ from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from agentloop.extract import code_blocks
 from agentloop.providers.base import (
     Completion,
     Message,
@@ -58,7 +59,6 @@ _GENERAL_BI = re.compile(r"bitwise|invarian|\bBI\d{3}\b|determinis|batch[- ]depe
                          r"|differs? (?:between|across|with) (?:the )?batch", re.IGNORECASE)
 _REVIEW_ASK = re.compile(r"verdict:\s*approve.*verdict:\s*revise|verdict:\s*revise.*verdict:\s*approve",
                          re.IGNORECASE | re.DOTALL)
-_PYTHON_BLOCK = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
 _BATCH_NAMES = r"(?:T|M|B|N_ROWS|n_rows|num_tokens|num_seqs|batch|batch_size|bs|x\.shape\[0\])"
 
 
@@ -216,7 +216,7 @@ class ReplayProvider(Provider):
 
 def review(messages: list[Message]) -> str:
     """A reviewer's answer on the last ```python block of the request (see the module docstring)."""
-    blocks = _PYTHON_BLOCK.findall(messages[-1].content)
+    blocks = [b.code for b in code_blocks(messages[-1].content) if b.is_python]
     if not blocks:
         return "verdict: revise\n- There is no draft to review: give the kernel in one ```python block."
     draft = blocks[-1]
