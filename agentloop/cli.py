@@ -1,30 +1,78 @@
-"""The `agentloop` command line."""
+"""The `agentloop` command line.
+
+Heavy modules (torch, LangGraph, matplotlib) are imported inside the commands, after the
+cheap checks of their input, so a wrong path or flag is answered at once.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from gates.contract import TaskError, get_task, load_suite
-
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="LLM agents that write fast GPU kernels without breaking batch invariance.")
 console = Console(soft_wrap=True)  # paths in messages must not be broken across lines
+errors = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
 def fail_input(message: str) -> None:
     """Exit 2 with a one-line message: the input could not be used."""
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    errors.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(2)
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("agentloop")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"agentloop {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    show_version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                      help="Print the version and exit."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Say more: log what the run does."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Say less: no progress display, only "
+                                                            "results and errors."),
+) -> None:
+    """LLM agents that write fast GPU kernels without breaking batch invariance."""
+    if verbose and quiet:
+        fail_input("-v and -q contradict each other; give one")
+    console.quiet = False
+    if quiet:
+        console.quiet = True
+    if verbose:
+        from rich.logging import RichHandler
+
+        logging.basicConfig(level=logging.INFO, format="%(message)s",
+                            handlers=[RichHandler(console=errors, show_path=False)])
 
 
 @app.command()
 def tasks(as_json: bool = typer.Option(False, "--json", help="Print the suite as JSON.")) -> None:
     """List the task suite."""
+    from rich.table import Table
+
+    from gates.contract import TaskError, load_suite
+
     try:
         suite = load_suite()
     except TaskError as exc:
@@ -36,12 +84,19 @@ def tasks(as_json: bool = typer.Option(False, "--json", help="Print the suite as
         print(json.dumps(rows, indent=2))
         return
     table = Table(title=f"{len(suite)} tasks")
-    for col in ("task", "entry signature", "dtypes", "summary"):
-        table.add_column(col)
+    table.add_column("task", no_wrap=True, min_width=max(len(n) for n in suite))  # never cut a name
+    for col in ("entry signature", "dtypes", "summary"):
+        table.add_column(col, overflow="fold")
     for t in suite.values():
         sig = ", ".join(f"{a.name}[{','.join(a.axes)}]" if a.kind == "tensor" else a.name for a in t.args)
         table.add_row(t.name, f"{t.entry}({sig})", ",".join(t.dtypes), t.summary)
-    console.print(table)
+    Console(soft_wrap=False, quiet=console.quiet).print(table)
+
+
+def _positive(value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"must be a positive number of seconds, not {value:g}")
+    return value
 
 
 @app.command()
@@ -52,26 +107,29 @@ def audit(
     gate: list[str] | None = typer.Option(None, "--gate", help="static, dynamic or correctness; repeat "
                                                              "to run several (default: all)."),
     as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
-    timeout: float | None = typer.Option(None, "--timeout", help="Seconds each gate may run the candidate."),
+    timeout: float | None = typer.Option(None, "--timeout", callback=_positive,
+                                         help="Seconds each gate may run the candidate; the audit "
+                                              "stops at the first gate that runs out of time."),
 ) -> None:
     """Run the gates on one candidate: exit 0 accepted, 1 rejected, 2 unusable input."""
-    from gates.audit import GATES, default_device
-    from gates.audit import audit as run_audit
-    from gates.candidate import CandidateError
+    from gates.contract import TaskError, get_task
 
+    if device not in (None, "cpu", "cuda"):
+        fail_input(f"unknown device {device!r}; use cpu or cuda")
     try:
         spec = get_task(task)
     except TaskError as exc:
         fail_input(str(exc))
+    from gates.audit import GATES, default_device
+    from gates.candidate import CandidateError
+
     unknown = [g for g in gate or [] if g not in GATES]
     if unknown:
         fail_input(f"unknown gate {unknown[0]!r}; gates are {', '.join(GATES)}")
-    if device not in (None, "cpu", "cuda"):
-        fail_input(f"unknown device {device!r}; use cpu or cuda")
     if device == "cuda" and default_device() != "cuda":
         fail_input("--device cuda: no CUDA device is available here; use --device cpu")
     try:
-        verdict = run_audit(candidate, spec, gates=gate, device=device, timeout=timeout)
+        verdict = audit_until_timeout(candidate, spec, gate, device, timeout)
     except CandidateError as exc:
         fail_input(str(exc))
     if as_json:
@@ -89,50 +147,152 @@ def audit(
     raise typer.Exit(0 if verdict.verdict == "accept" else 1)
 
 
-@app.command()
-def run(
-    campaign_file: Path = typer.Argument(..., metavar="CAMPAIGN.yaml", help="The campaign file."),
-    out: Path | None = typer.Option(None, "--out", help="Run directory (default runs/<campaign name>)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue a killed run in the run directory."),
-    model: str | None = typer.Option(None, "--model", help="provider:model for every role, overriding "
-                                                          "the campaign's."),
-) -> None:
-    """Run an optimisation campaign: every (task, style, mode) cell, then the reports."""
-    from agentloop.campaign import CampaignError, load_campaign
-    from agentloop.providers import ProviderError
-    from agentloop.report import write_reports
-    from agentloop.runner import run_campaign, summary_table
+def audit_until_timeout(candidate: Path, spec: Any, gates: list[str] | None, device: str | None,
+                        timeout: float | None) -> Any:
+    """`gates.audit.audit`, gate by gate in one worker, stopping after the first gate that ran
+    out of time: a hanging candidate would hang in every gate, each for the whole time-out."""
+    import time
+
+    from gates.audit import GATES, default_device
+    from gates.audit import audit as run_audit
+    from gates.feedback import render
+    from gates.sandbox import Sandbox
+    from gates.verdict import Verdict
+
+    wanted = [g for g in GATES if g in (gates or GATES)]
+    start = time.perf_counter()
+    results = []
+    sandbox = Sandbox(device or default_device()) if any(g != "static" for g in wanted) else None
+    try:
+        for g in wanted:
+            one = run_audit(candidate, spec, gates=[g], device=device, timeout=timeout, sandbox=sandbox)
+            results.extend(one.gates)
+            if any((r.error or "").startswith("timed out") for r in one.gates):
+                break
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+    verdict = Verdict(task=spec.name, candidate=str(candidate), seconds=time.perf_counter() - start,
+                      verdict="accept" if all(r.passed for r in results) and len(results) == len(wanted)
+                      else "reject", gates=results)
+    verdict.feedback = render(verdict, spec, device or default_device())
+    return verdict
+
+
+def _campaign_for(campaign_file: Path | None, out: Path | None, resume: bool, model: str | None) -> Any:
+    """The campaign to run: the file's, or on `--resume` without a file the run's own."""
+    from gates.yaml_file import read_mapping
+
+    if campaign_file is None:
+        if not resume:
+            fail_input("give a campaign file (agentloop run CAMPAIGN.yaml), or --resume --out DIR")
+        if out is None:
+            fail_input("--resume without a campaign file needs the run directory: --resume --out DIR")
+        if not (out / "campaign.yaml").is_file():
+            fail_input(f"{out} holds no run to resume (no campaign.yaml); start one with a campaign file")
+        campaign_file = out / "campaign.yaml"
+    try:
+        raw = read_mapping(campaign_file, "campaign file", ValueError)  # before torch is imported
+    except ValueError as exc:
+        fail_input(str(exc))
+    from agentloop.campaign import CampaignError, parse_campaign
 
     try:
-        campaign = load_campaign(campaign_file)
+        campaign = parse_campaign(raw, str(campaign_file))
     except CampaignError as exc:
         fail_input(str(exc))
-    if model:
-        campaign = campaign.with_model(model)
+    return campaign.with_model(model) if model else campaign
+
+
+@app.command()
+def run(
+    campaign_file: Path | None = typer.Argument(None, metavar="[CAMPAIGN.yaml]",
+                                                help="The campaign file (with --resume: default the "
+                                                     "run's own campaign.yaml)."),
+    out: Path | None = typer.Option(None, "--out", help="Run directory (default runs/<campaign name>)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue a stopped run in the run directory."),
+    campaign_changed: bool = typer.Option(False, "--campaign-changed",
+                                          help="With --resume: continue the run under a campaign file "
+                                               "that differs from the run's own."),
+    model: str | None = typer.Option(None, "--model", help="provider:model for every role, overriding "
+                                                          "the campaign's."),
+    until_idle: bool = typer.Option(False, "--until-idle",
+                                    help="End the run (exit 0) as soon as every loop waits for an "
+                                         "exchange: answer; resume it once they are answered."),
+) -> None:
+    """Run an optimisation campaign: every (task, style, mode) cell, then the reports.
+
+    Ctrl-C (or SIGTERM) stops the run within seconds, keeping every finished result and
+    checkpoint; a second Ctrl-C exits at once."""
+    if out is not None and out.exists() and not out.is_dir():
+        fail_input(f"--out {out} is a file, not a directory; choose another --out")
+    if resume and out is not None and not (out / "results.sqlite").is_file():
+        fail_input(f"{out} holds no run to resume (no results.sqlite); start one without --resume")
+    campaign = _campaign_for(campaign_file, out, resume, model)
     out = out or Path("runs") / campaign.name
+    from agentloop.campaign import CampaignError
+    from agentloop.providers import ProviderError
+    from agentloop.runner import RunStopped, run_campaign
+    from gates.contract import TaskError
+
     try:
-        outcome = run_campaign(campaign, out, resume=resume, console=console)
+        outcome = run_campaign(campaign, out, resume=resume, console=console, handle_signals=True,
+                               until_idle=until_idle, campaign_changed=campaign_changed)
     except (CampaignError, TaskError) as exc:
         fail_input(str(exc))
     except ProviderError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}; the run so far is saved: continue it with "
-                                   f"--resume --out {out}", highlight=False, soft_wrap=True)
+        errors.print(f"[bold red]error:[/] {exc}; the run so far is saved: continue it with "
+                     f"agentloop run --resume --out {out}")
         raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        Console(stderr=True).print(f"interrupted; continue the run with --resume --out {out}",
-                                   highlight=False)
-        raise typer.Exit(130) from None
+    except RunStopped as stop:
+        print_stopped(stop)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Threads cut short (an LLM call, an exchange wait) are not waited for.
+        os._exit(0 if stop.reason == "idle" else 130)
     console.print(f"{outcome.ran} of {outcome.loops} loops run in {outcome.seconds:.0f} s "
                   f"(evaluation cache: {outcome.cache_hits} hits, {outcome.cache_misses} stages evaluated)",
                   highlight=False)
-    console.print(summary_table(write_reports(out)), highlight=False)
+    print_reports(out)
+
+
+def print_reports(out: Path) -> None:
+    from agentloop.report import ReportError, write_reports
+    from agentloop.runner import summary_table
+
+    try:
+        summary = write_reports(out)
+    except ReportError as exc:  # nothing finished (a run stopped before its first loop ended)
+        console.print(f"no report yet: {exc}", highlight=False)
+        return
+    console.print(summary_table(summary), highlight=False)
     console.print(f"report: {out / 'report.html'}", highlight=False)
+
+
+def print_stopped(stop: Any) -> None:
+    """What a stopped run kept, and how to go on."""
+    k = stop.kept
+    say = Console(stderr=True, soft_wrap=True, highlight=False)
+    if stop.reason == "idle":
+        dirs = sorted({str(p.parent) for p, _ in k.waiting})
+        say = console
+        say.print(f"idle: {len(k.waiting)} request{'s' * (len(k.waiting) != 1)} wait for an answer in "
+                  f"{', '.join(dirs) or '-'}; the run ended after {stop.seconds:.0f} s", highlight=False)
+    else:
+        say.print(f"stopped by {stop.reason} after {stop.seconds:.0f} s; workers killed")
+    say.print(f"kept in {k.run_dir}: {k.finished} of {k.loops} loops finished, {k.checkpointed} more at "
+              f"their last checkpoint, {k.candidates} candidates recorded", highlight=False)
+    say.print(f"continue with: agentloop run --resume --out {k.run_dir}", highlight=False)
 
 
 @app.command()
 def report(run_dir: Path = typer.Argument(..., metavar="DIR", help="A run directory (it holds "
                                                                     "results.sqlite).")) -> None:
     """Rebuild the reports of a run directory: summary.json, report.md, report.html and plots."""
+    if not run_dir.is_dir():
+        fail_input(f"{run_dir} is not a directory; give a run directory (it holds results.sqlite)")
+    if not (run_dir / "results.sqlite").is_file():
+        fail_input(f"{run_dir} holds no results.sqlite; give the directory that `agentloop run` wrote")
     from agentloop.report import ReportError, write_reports
     from agentloop.runner import summary_table
 

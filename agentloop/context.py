@@ -46,6 +46,8 @@ class LoopContext:
     abort: threading.Event = field(default_factory=threading.Event)
     on_candidate: Callable[[LoopContext, LoopState, Candidate], Any] | None = None
     """Called when a candidate is accepted or rejected (progress display)."""
+    on_stage: Callable[[LoopContext, str], Any] | None = None
+    """Called when a node starts, with what it does (progress display)."""
     brief: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +69,10 @@ class LoopContext:
     def seed_for(self, number: int) -> int:
         """The sampling seed of candidate `number`: fixed by the campaign seed and the number."""
         return self.seed * 1_000_003 + number
+
+    def report_stage(self, what: str) -> None:
+        if self.on_stage is not None:
+            self.on_stage(self, what)
 
     def check(self) -> None:
         if self.abort.is_set():

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from agentloop.providers import Completion, ExchangeRecorder, Message, Provider, ProviderError, request_hash
+from agentloop.providers.base import request_meta
 from agentloop.state import Usage
 from agentloop.store import Store
 
@@ -78,12 +79,15 @@ class AgentLLM:
         else:
             provider = self.provider(role)
             meta = {"cell": self.cell, "task": self.task, "role": role}
+            token = request_meta.set(meta)
             try:
                 completion = provider.complete(messages, seed=seed)
             except ProviderError as exc:
                 self.recorder.record(provider.name, provider.model, messages, seed=seed, meta=meta,
                                      error=str(exc) or type(exc).__name__)
                 raise
+            finally:
+                request_meta.reset(token)
             # The store first: it is what a resumed run looks answers up in.
             self.store.add_exchange(
                 cell=self.cell, task=self.task, role=role, request_hash=digest,

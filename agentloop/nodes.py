@@ -86,6 +86,7 @@ def generate(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, Any]:
     """Ask the style for this round's candidates and extract their code."""
     ctx = runtime.context
     ctx.check()
+    ctx.report_stage("asking the LLM")
     start = time.perf_counter()
     first = len(state.candidates) + 1
     count = max(0, min(ctx.style.per_round, ctx.budget.iterations - len(state.candidates)))
@@ -114,6 +115,7 @@ def generate(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, Any]:
 def run_stage(stage: Stage, state: LoopState, ctx: LoopContext) -> dict[str, Any]:
     """One stage on every pending candidate, in parallel; rejections leave the round."""
     ctx.check()
+    ctx.report_stage(stage)
     start = time.perf_counter()
     pending = [state.candidate(n) for n in state.pending]
     outcomes = list(ctx.executor.map(lambda c: ctx.evaluator.stage(c.code, ctx.task, stage), pending))
@@ -164,6 +166,7 @@ def finish(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, Any]:
     """Pick the final kernel (the fastest eligible candidate), audit its batch invariance with
     the dynamic gate whatever the mode, save it, and write the loop's result."""
     ctx = runtime.context
+    ctx.report_stage("final audit")
     start = time.perf_counter()
     final = state.best(ctx.bi_aware)
     bi_pass = False

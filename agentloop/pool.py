@@ -189,6 +189,18 @@ class WorkerPool:
         for t in threads:
             t.join()
 
+    def terminate(self) -> None:
+        """Kill every worker at once, without waiting for the stages running now (an interrupted
+        run); a stage running now fails, callers waiting for a worker get RuntimeError."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        threads = [threading.Thread(target=w.sandbox.close) for w in self._workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
     def __enter__(self) -> WorkerPool:
         return self
 

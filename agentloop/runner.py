@@ -7,17 +7,25 @@ A run directory holds `results.sqlite` (the results store and the evaluation cac
 (each loop's final kernel).
 `resume=True` continues a killed run: finished loops are skipped, unfinished ones continue
 from their last checkpoint, and no evaluation or answered LLM call is repeated.
+
+A run stops early on SIGINT or SIGTERM (`handle_signals=True`, the command line) or, with
+`until_idle=True`, once every loop that could run waits for an `exchange:` answer: the results
+store and the checkpointer are frozen (nothing a cut-short stage produced is kept), the workers
+are killed, queued loops never start, and `RunStopped` says what was kept.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import threading
 import time
 import typing
-from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +34,14 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from pydantic import BaseModel
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from agentloop.campaign import Campaign, CampaignError, Cell
@@ -36,7 +51,7 @@ from agentloop.graph import build_graph
 from agentloop.pool import WorkerPool
 from agentloop.providers import ExchangeRecorder, Provider, ProviderError, get_provider
 from agentloop.state import Candidate, LoopState
-from agentloop.store import Store
+from agentloop.store import Store, StoreFrozen
 from agentloop.styles import ROLES, make_style
 from gates.contract import Task, get_task
 
@@ -58,6 +73,69 @@ class RunOutcome:
     seconds: float
     cache_hits: int
     cache_misses: int
+
+
+class StopRequested(BaseException):
+    """Raised in the main thread to stop a run early: a signal's name, or "idle"."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Kept:
+    """What a stopped run keeps in its directory."""
+
+    run_dir: Path
+    loops: int
+    finished: int
+    """Loops finished (their results are in the store)."""
+    checkpointed: int
+    """Unfinished loops kept at their last checkpoint."""
+    candidates: int
+    """Candidates recorded (accepted or rejected), all loops."""
+    waiting: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    """Exchange requests waited for when the run stopped: (response file, meta)."""
+
+
+class RunStopped(Exception):
+    """A run stopped before its end: by a signal (`reason` its name) or idle (`--until-idle`)."""
+
+    def __init__(self, reason: str, kept: Kept, seconds: float) -> None:
+        super().__init__(f"stopped ({reason})")
+        self.reason = reason
+        self.kept = kept
+        self.seconds = seconds
+
+
+@contextmanager
+def stop_on_signals(enabled: bool) -> Iterator[None]:
+    """SIGINT and SIGTERM raise StopRequested in the main thread; a second one exits at once
+    (status 130). The handlers stay installed after a stop: the caller exits soon after."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        seen.append(signum)
+        if len(seen) > 1:
+            os.write(2, b"second interrupt: exiting now\n")
+            os._exit(130)
+        raise StopRequested(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    stopped = False
+    try:
+        yield
+    except StopRequested:
+        stopped = True
+        raise
+    finally:
+        if not stopped and not seen:
+            for s, h in old.items():
+                signal.signal(s, h)
 
 
 def model_types(model: type[BaseModel]) -> set[tuple[str, str]]:
@@ -84,8 +162,26 @@ class LatestCheckpoints(SqliteSaver):
 
     keep: int | None = 2
     """Checkpoints kept per loop; None keeps them all (a loop's history, for inspection)."""
+    frozen: bool = False
+
+    def freeze(self) -> None:
+        """Refuse every later write: a stopped run keeps each loop's last checkpoint from before
+        the stop, never a node's result that the stop cut short."""
+        with self.lock:
+            self.frozen = True
+
+    def _check_frozen(self) -> None:
+        if self.frozen:
+            raise StoreFrozen("the run was stopped; no more checkpoints are written")
+
+    def put_writes(self, config, writes, task_id, task_path=""):
+        with self.lock:
+            self._check_frozen()
+        return super().put_writes(config, writes, task_id, task_path)
 
     def put(self, config, checkpoint, metadata, new_versions):
+        with self.lock:
+            self._check_frozen()
         saved = super().put(config, checkpoint, metadata, new_versions)
         if self.keep is None:
             return saved
@@ -132,24 +228,50 @@ def make_providers(campaign: Campaign) -> dict[str, Provider]:
     return providers
 
 
-def prepare_run_dir(campaign: Campaign, out: Path, resume: bool) -> None:
-    """Create the run directory, refusing to overwrite a run unless resuming it."""
+def campaign_dump(campaign: Campaign) -> dict[str, Any]:
+    """A campaign as `DIR/campaign.yaml` holds it."""
+    return campaign.model_dump(mode="json", by_alias=True)
+
+
+def prepare_run_dir(campaign: Campaign, out: Path, resume: bool, *, campaign_changed: bool = False) -> None:
+    """Create the run directory, refusing to overwrite a run unless resuming it. A resumed run
+    keeps its own `campaign.yaml`: another campaign is refused unless `campaign_changed`."""
+    if out.exists() and not out.is_dir():
+        raise CampaignError(f"--out {out} is a file, not a directory; choose another --out")
+    if resume and not (out / RESULTS).is_file():
+        raise CampaignError(f"{out} holds no run to resume (no {RESULTS}); start one without --resume")
     if (out / RESULTS).exists() and not resume:
-        raise CampaignError(f"{out} already holds a run; pass --resume to continue it, "
-                            "or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "campaign.yaml").write_text(yaml.safe_dump(campaign.model_dump(mode="json", by_alias=True),
-                                                      sort_keys=False))
+        raise CampaignError(f"{out} already holds a run; continue it with: agentloop run --resume --out {out}"
+                            " (or choose another --out)")
+    saved = out / "campaign.yaml"
+    if resume and saved.is_file() and not campaign_changed:
+        old = yaml.safe_load(saved.read_text())
+        old = old if isinstance(old, dict) else {}
+        if old != campaign_dump(campaign):
+            keys = sorted(k for k in {**old, **campaign_dump(campaign)}
+                          if old.get(k) != campaign_dump(campaign).get(k))
+            raise CampaignError(f"{out} holds a run of another campaign (it differs in {', '.join(keys)}); "
+                                f"resume it with its own: agentloop run --resume --out {out}, or pass "
+                                "--campaign-changed to continue it under the new one")
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        saved.write_text(yaml.safe_dump(campaign_dump(campaign), sort_keys=False))
+    except OSError as exc:
+        raise CampaignError(f"cannot write the run directory {out}: {exc.strerror or exc}") from None
 
 
 class LoopProgress:
-    """The rich progress display: one bar for the campaign, one line per running loop."""
+    """The rich progress display: one bar for the campaign (with an ETA), one line per running
+    loop saying its candidates so far, the stage it is in, and the file it waits for."""
 
     def __init__(self, console: Console, total: int, done: int) -> None:
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=console, transient=False)
+                                 TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+                                 transient=False)
         self.overall = self.progress.add_task("[bold]loops", total=total, completed=done)
         self._rows: dict[str, Any] = {}
+        self._status: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def __enter__(self) -> LoopProgress:
@@ -159,9 +281,21 @@ class LoopProgress:
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
-    def start(self, key: str, total: int) -> None:
+    def start(self, key: str, total: int, done: int = 0) -> None:
+        """A loop starts; `done` candidates it had before (a resumed loop)."""
         with self._lock:
-            self._rows[key] = self.progress.add_task(f"  {key}", total=total)
+            self._status[key] = f"resumed at #{done}" if done else "starting"
+            self._rows[key] = self.progress.add_task(f"  {key}: {self._status[key]}", total=total,
+                                                     completed=done)
+
+    def _describe(self, key: str, what: str) -> None:
+        with self._lock:
+            row = self._rows.get(key)
+        if row is not None:
+            self.progress.update(row, description=f"  {key}: {self._status.get(key, '')}; {what}")
+
+    def stage(self, ctx: LoopContext, what: str) -> None:
+        self._describe(thread_id(ctx.cell, ctx.task.name), what)
 
     def candidate(self, ctx: LoopContext, state: LoopState, c: Candidate) -> None:
         key = thread_id(ctx.cell, ctx.task.name)
@@ -169,9 +303,16 @@ class LoopProgress:
         what = "accepted" if c.accepted else f"rejected ({c.rejected_by})"
         with self._lock:
             row = self._rows.get(key)
+            self._status[key] = f"#{c.number} {what}; best {speed:.3g}x"
         if row is not None:
-            self.progress.update(row, completed=c.number,
-                                 description=f"  {key}: #{c.number} {what}; best {speed:.3g}x")
+            self.progress.update(row, completed=c.number, description=f"  {key}: {self._status[key]}")
+
+    def waiting(self, path: Path, meta: dict[str, Any]) -> None:
+        """An `exchange:` request waits for its answer: say which file, once."""
+        key = f"{meta.get('cell')}|{meta.get('task')}"
+        self._describe(key, f"waiting for {path}")
+        self.progress.console.print(f"{key} ({meta.get('role', 'coder')}) waits for an answer in {path}",
+                                    highlight=False)
 
     def finish(self, key: str, line: str) -> None:
         with self._lock:
@@ -182,36 +323,72 @@ class LoopProgress:
         self.progress.advance(self.overall)
 
 
+def exchange_waits(providers: dict[str, Provider]) -> list[tuple[Path, dict[str, Any]]]:
+    """(response file, meta) of every `exchange:` request waited for now."""
+    waits = []
+    for p in {id(p): p for p in providers.values()}.values():
+        if hasattr(p, "waiting_paths"):
+            waits.extend(p.waiting_paths())
+    return waits
+
+
 def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
-                 console: Console | None = None, pool_factory: Callable[..., WorkerPool] = WorkerPool
-                 ) -> RunOutcome:
-    """Run (or, with resume, continue) every loop of a campaign into the run directory `out`."""
+                 console: Console | None = None, pool_factory: Callable[..., WorkerPool] = WorkerPool,
+                 handle_signals: bool = False, until_idle: bool = False,
+                 campaign_changed: bool = False) -> RunOutcome:
+    """Run (or, with resume, continue) every loop of a campaign into the run directory `out`.
+
+    `handle_signals`: SIGINT/SIGTERM stop the run (RunStopped). `until_idle`: stop (RunStopped,
+    reason "idle") once every loop that could run waits for an `exchange:` answer."""
     started = time.perf_counter()
     out = Path(out)
     tasks = {name: get_task(name) for name in campaign.task_names()}
     providers = make_providers(campaign)  # a missing key fails here, before anything runs
-    prepare_run_dir(campaign, out, resume)
+    prepare_run_dir(campaign, out, resume, campaign_changed=campaign_changed)
     store = Store(out / RESULTS)
     saver = checkpointer(out / CHECKPOINTS)
     loops = [(cell, task) for cell in campaign.cells() for task in tasks]
     todo = [(cell, task) for cell, task in loops if not store.finished(cell.id, task)]
-    run = None
+    run = pool = None
     try:
-        if todo:
-            pool = pool_factory(campaign.device, campaign.workers)
-            evaluator = CachedEvaluator(pool, store, campaign.eval_settings())
-            run = LoopRunner(campaign, tasks, providers, evaluator, store, build_graph(saver), out)
-            try:
-                with LoopProgress(console or Console(), len(loops), len(loops) - len(todo)) as progress:
-                    run.run_all(todo, progress)
-            finally:
-                pool.close()
-    finally:
-        saver.conn.close()
-        store.close()
+        with stop_on_signals(handle_signals):
+            if todo:
+                pool = pool_factory(campaign.device, campaign.workers)
+                evaluator = CachedEvaluator(pool, store, campaign.eval_settings())
+                run = LoopRunner(campaign, tasks, providers, evaluator, store, build_graph(saver), out)
+                try:
+                    with LoopProgress(console or Console(), len(loops), len(loops) - len(todo)) as progress:
+                        run.run_all(todo, progress, until_idle=until_idle)
+                except StopRequested:
+                    freeze(store, saver, pool, run)  # before close(), which would wait for the stages
+                    raise
+                finally:
+                    pool.close()  # returns at once after a stop: the workers are already killed
+    except StopRequested as stop:
+        waits = exchange_waits(providers)
+        freeze(store, saver, pool, run)
+        finished = sum(store.finished(cell.id, task) for cell, task in loops)
+        threads = {r[0] for r in saver.conn.execute("SELECT DISTINCT thread_id FROM checkpoints")}
+        unfinished = {thread_id(cell, task) for cell, task in loops if not store.finished(cell.id, task)}
+        kept = Kept(run_dir=out, loops=len(loops), finished=finished, checkpointed=len(threads & unfinished),
+                    candidates=store.query("SELECT COUNT(*) AS n FROM candidates")[0]["n"], waiting=waits)
+        # The connections stay open: threads cut short may still read them; the caller exits.
+        raise RunStopped(stop.reason, kept, time.perf_counter() - started) from None
+    saver.conn.close()
+    store.close()
     hits, misses = (run.evaluator.hits, run.evaluator.misses) if run else (0, 0)
     return RunOutcome(run_dir=out, loops=len(loops), ran=len(todo), seconds=time.perf_counter() - started,
                       cache_hits=hits, cache_misses=misses)
+
+
+def freeze(store: Store, saver: LatestCheckpoints, pool: WorkerPool | None, run: LoopRunner | None) -> None:
+    """Stop a run now: no more writes, the loops stop at their next node, the workers die."""
+    store.freeze()
+    saver.freeze()
+    if run is not None:
+        run.stop()
+    if pool is not None:
+        pool.terminate()
 
 
 @dataclass
@@ -229,6 +406,10 @@ class LoopRunner:
     def __post_init__(self) -> None:
         self.recorder = ExchangeRecorder(self.out)
         self.abort = threading.Event()
+        self.running: set[str] = set()
+        """Loops running now, by thread id."""
+        self._executors: list[ThreadPoolExecutor] = []
+        self._lock = threading.Lock()
 
     def context(self, cell: Cell, task: str, executor: ThreadPoolExecutor,
                 progress: LoopProgress) -> LoopContext:
@@ -237,31 +418,71 @@ class LoopRunner:
         return LoopContext(task=self.tasks[task], cell=cell, style=style, budget=c.budget,
                            evaluator=self.evaluator, store=self.store, recorder=self.recorder,
                            providers=self.providers, executor=executor, run_dir=self.out, seed=c.seed,
-                           abort=self.abort, on_candidate=progress.candidate)
+                           abort=self.abort, on_candidate=progress.candidate, on_stage=progress.stage)
 
-    def run_all(self, todo: list[tuple[Cell, str]], progress: LoopProgress) -> None:
-        """Run the loops; the first failure stops the others at their next node and is raised."""
+    def stop(self) -> None:
+        """The loops stop at their next node; queued loops never start; nobody waits for them."""
+        self.abort.set()
+        for executor in self._executors:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def idle(self, parallel: int, queued: int) -> bool:
+        """Every loop that could run now waits for an `exchange:` answer."""
+        with self._lock:
+            running = set(self.running)
+        if not running or (queued and len(running) < parallel):
+            return False
+        waiting = {f"{meta.get('cell')}|{meta.get('task')}" for _, meta in exchange_waits(self.providers)}
+        return running <= waiting
+
+    def run_all(self, todo: list[tuple[Cell, str]], progress: LoopProgress, *,
+                until_idle: bool = False) -> None:
+        """Run the loops; the first failure stops the others at their next node and is raised.
+        StopRequested (a signal, or idle with `until_idle`) stops them all at once."""
         size = self.evaluator.pool.size
-        with ThreadPoolExecutor(max(2, 2 * size), thread_name_prefix="evaluate") as evaluations, \
-                ThreadPoolExecutor(self.campaign.parallel or 2 * size, thread_name_prefix="loop") as loops:
+        parallel = self.campaign.parallel or 2 * size
+        evaluations = ThreadPoolExecutor(max(2, 2 * size), thread_name_prefix="evaluate")
+        loops = ThreadPoolExecutor(parallel, thread_name_prefix="loop")
+        self._executors = [loops, evaluations]
+        for p in {id(p): p for p in self.providers.values()}.values():
+            if hasattr(p, "on_wait"):
+                p.on_wait = progress.waiting
+        started = [0]
 
-            def one(cell: Cell, task: str) -> None:
-                key = thread_id(cell, task)
-                progress.start(key, self.campaign.budget.iterations)
+        def one(cell: Cell, task: str) -> None:
+            key = thread_id(cell, task)
+            with self._lock:
+                self.running.add(key)
+                started[0] += 1
+            try:
+                done = len(self.store.candidates(cell.id, task))
+                progress.start(key, self.campaign.budget.iterations, done)
                 state = run_loop_graph(self.graph, self.context(cell, task, evaluations, progress))
                 progress.finish(key, f"{key}: {outcome_line(state)}")
+            finally:
+                with self._lock:
+                    self.running.discard(key)
 
-            futures = [loops.submit(one, cell, task) for cell, task in todo]
-            try:
-                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            except BaseException:  # Ctrl-C: the loops stop at their next node
-                self.abort.set()
-                raise
-            if any(f.exception() is not None for f in done):
-                self.abort.set()  # the other loops stop at their next node; their checkpoints stay
-                wait(futures)
-                errors = [f.exception() for f in futures if f.exception() is not None]
-                raise next((e for e in errors if not isinstance(e, RunAborted)), errors[0])
+        futures: list[Future] = [loops.submit(one, cell, task) for cell, task in todo]
+        idle_checks = 0
+        while True:
+            done, pending = wait(futures, timeout=0.25, return_when=FIRST_EXCEPTION)
+            if not pending or any(f.exception() is not None for f in done):
+                break
+            if until_idle:
+                with self._lock:
+                    queued = len(todo) - started[0]
+                idle_checks = idle_checks + 1 if self.idle(parallel, queued) else 0
+                if idle_checks >= 2:  # twice in a row: not a loop between two requests
+                    raise StopRequested("idle")
+        if any(f.exception() is not None for f in done):
+            self.abort.set()  # the other loops stop at their next node; their checkpoints stay
+            wait(futures)
+        for executor in self._executors:
+            executor.shutdown(wait=True)
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise next((e for e in errors if not isinstance(e, RunAborted)), errors[0])
 
 
 def outcome_line(state: LoopState) -> str:

@@ -98,6 +98,10 @@ CREATE TABLE IF NOT EXISTS task_results (
 """
 
 
+class StoreFrozen(RuntimeError):
+    """A write to a store frozen by an interrupted run: nothing after the interrupt is kept."""
+
+
 class Store:
     """Thread-safe access to one run's results database."""
 
@@ -109,6 +113,13 @@ class Store:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
+        self._frozen = False
+
+    def freeze(self) -> None:
+        """Refuse every later write (reads go on): an interrupted run keeps what it had written
+        before the interrupt, never an outcome of the stages the interrupt cut short."""
+        with self._lock:
+            self._frozen = True
 
     def close(self) -> None:
         with self._lock:
@@ -119,6 +130,8 @@ class Store:
         marks = ", ".join("?" for _ in row)
         values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()]
         with self._lock:
+            if self._frozen:
+                raise StoreFrozen(f"{self.path}: the run was stopped; nothing more is written")
             cur = self._db.execute(f"INSERT OR REPLACE INTO {table} ({cols}) VALUES ({marks})", values)
             return int(cur.lastrowid)
 

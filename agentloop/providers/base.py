@@ -13,12 +13,19 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any, ClassVar, Literal, TypeVar
 
 import tenacity
 from pydantic import BaseModel, ConfigDict, Field
 
 T = TypeVar("T")
+
+
+request_meta: ContextVar[dict[str, Any] | None] = ContextVar("request_meta", default=None)
+"""Who asks the current request (cell, task, role), set by the loop around each call: providers
+that need it read it (`exchange:` writes it into the request file, `replay:RUN_DIR` matches the
+recorded turn by it)."""
 
 
 class Message(BaseModel):

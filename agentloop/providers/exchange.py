@@ -4,6 +4,8 @@ For each request the provider writes `DIR/<n>.request.json` (n = 1, 2, ...) and 
 `DIR/<n>.response.json` until a timeout. See README.md in this folder for the file format.
 A request identical (messages and seed) to one already in DIR is not written again: its
 response is read, or awaited, so a resumed run never asks twice. One process per DIR.
+`waiting` lists the requests waited for now (for `--until-idle` and the progress display) and
+`on_wait`, when set, is called with each request file as its wait begins.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from agentloop.providers.base import (
     ProviderOptions,
     one_line,
     request_hash,
+    request_meta,
 )
 
 _NUMBERED = re.compile(r"^(\d+)\.(request|response)\.json$")
@@ -73,6 +77,9 @@ class ExchangeProvider(Provider):
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, int | None], deque[int]] = defaultdict(deque)
         self._next = 1
+        self.waiting: dict[int, dict[str, Any]] = {}
+        """Requests waited for now: number -> the request's meta (cell, task, role)."""
+        self.on_wait: Callable[[Path, dict[str, Any]], Any] | None = None
         numbered = sorted((int(m[1]), m[2], p) for p in self.dir.iterdir() if (m := _NUMBERED.match(p.name)))
         for n, kind, path in numbered:
             self._next = max(self._next, n + 1)  # a stray response file is never taken for a new request
@@ -90,7 +97,12 @@ class ExchangeProvider(Provider):
     def response_path(self, n: int) -> Path:
         return self.dir / f"{n}.response.json"
 
-    def _ask(self, messages: list[Message], seed: int | None) -> int:
+    def waiting_paths(self) -> list[tuple[Path, dict[str, Any]]]:
+        """(response file, request meta) of every request waited for now, in request order."""
+        with self._lock:
+            return [(self.response_path(n), dict(meta)) for n, meta in sorted(self.waiting.items())]
+
+    def _ask(self, messages: list[Message], seed: int | None, meta: dict[str, Any]) -> int:
         """The number of the request file for this request, writing it when it is new."""
         digest = request_hash(messages)
         with self._lock:
@@ -101,21 +113,36 @@ class ExchangeProvider(Provider):
             self._next += 1
         _write_atomic(self.request_path(n), {
             "n": n, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "seed": seed,
-            "request_hash": digest, "respond_with": self.response_path(n).name,
+            "request_hash": digest, "respond_with": self.response_path(n).name, "meta": meta,
             "messages": [m.model_dump() for m in messages]})
         return n
 
     def complete(self, messages: list[Message], *, seed: int | None = None) -> Completion:
         start = time.perf_counter()
-        n = self._ask(messages, seed)
+        meta = dict(request_meta.get() or {})
+        n = self._ask(messages, seed, meta)
         path = self.response_path(n)
+        with self._lock:
+            self.waiting[n] = meta
+        try:
+            if self.on_wait is not None and not path.is_file():
+                self.on_wait(path, meta)
+            answer = self._wait(path)
+        finally:
+            with self._lock:
+                self.waiting.pop(n, None)
+        return Completion(text=answer.text, input_tokens=answer.input_tokens,
+                          output_tokens=answer.output_tokens, latency_s=time.perf_counter() - start,
+                          model=answer.model or str(self.dir), provider=self.name, cost_usd=0.0)
+
+    def _wait(self, path: Path) -> ExchangeResponse:
+        """The response in `path`, once it is there and readable."""
         deadline = time.monotonic() + self.options.timeout_s
         problem = "no file"
         while True:
             if path.is_file():
                 try:
-                    answer = ExchangeResponse.model_validate_json(path.read_text(encoding="utf-8"))
-                    break
+                    return ExchangeResponse.model_validate_json(path.read_text(encoding="utf-8"))
                 except (OSError, ValidationError) as exc:
                     # Possibly a writer that did not rename into place: wait for the rest.
                     problem = f"unreadable: {one_line(exc, 120)}"
@@ -123,6 +150,3 @@ class ExchangeProvider(Provider):
                 raise ProviderError(f"{self.spec}: no answer in {path} after {self.options.timeout_s:g} s "
                                     f"({problem}); write {{\"text\": \"...\"}} there")
             time.sleep(self.options.poll_s)
-        return Completion(text=answer.text, input_tokens=answer.input_tokens,
-                          output_tokens=answer.output_tokens, latency_s=time.perf_counter() - start,
-                          model=answer.model or str(self.dir), provider=self.name, cost_usd=0.0)
