@@ -1,6 +1,8 @@
 PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
+RUNS ?= runs
+DEMO ?= tasks/campaigns/demo.yaml
 
 .PHONY: install demo test lint clean
 
@@ -14,9 +16,10 @@ $(BIN)/agentloop: pyproject.toml
 install: $(BIN)/agentloop
 
 # An offline campaign: replay provider, all three styles, both modes, 4 tasks, on the CPU.
+# Each run writes a new directory, runs/demo-<date>-<time>, so the demo runs again and again.
 demo: install
 	TRITON_INTERPRET=1 $(BIN)/agentloop tasks
-	TRITON_INTERPRET=1 $(BIN)/agentloop run tasks/campaigns/demo.yaml --out runs/demo
+	TRITON_INTERPRET=1 $(BIN)/agentloop run $(DEMO) --out $(RUNS)/demo-$$(date +%Y%m%d-%H%M%S)
 
 test: install
 	$(BIN)/ruff check .
@@ -25,5 +28,8 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 
+# Removes the virtual environment and the demo runs (never other runs), saying which.
 clean:
-	rm -rf $(VENV)
+	@removed=0; for path in $(VENV) $(RUNS)/demo $(RUNS)/demo-*; do \
+		if [ -e "$$path" ]; then echo "removing $$path"; rm -rf "$$path"; removed=1; fi; \
+	done; [ $$removed = 1 ] || echo "nothing to remove ($(VENV) and $(RUNS)/demo-* do not exist)"
