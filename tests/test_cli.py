@@ -129,3 +129,18 @@ def test_error_paths_answer_fast(tmp_path):
         assert done.returncode == 2, done.stderr
         assert seconds < 2.5, f"{args}: {seconds:.1f} s"
         assert "torch" not in done.stderr
+
+
+def test_audit_stops_at_the_first_time_out():
+    import json
+
+    hang = Path(__file__).parent / "fixtures" / "rms_norm" / "hang.py"
+    start = time.monotonic()
+    result = _cli("audit", hang, "--task", "rms_norm", "--device", "cpu", "--timeout", "3", "--json")
+    seconds = time.monotonic() - start
+    verdict = json.loads(result.output)
+    assert result.exit_code == 1 and verdict["verdict"] == "reject"
+    # static passes or not, dynamic times out, correctness never runs: one time-out, not two.
+    assert [g["gate"] for g in verdict["gates"]] == ["static", "dynamic"]
+    assert verdict["gates"][-1]["error"] == "timed out after 3 s"
+    assert seconds < 3 + 30
