@@ -15,7 +15,8 @@ import ast
 import time
 
 from gates.contract import Task
-from gates.static.kernel_reader import read_kernel, read_kernel_aliases
+from gates.static.kernel_aliases import read_kernel_aliases
+from gates.static.kernel_reader import read_kernel
 from gates.static.kernels import KernelInfo, is_jit
 from gates.static.rules import RULES, Analysis, run_rules
 from gates.static.taint import read_host

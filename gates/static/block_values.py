@@ -27,6 +27,9 @@ class KV(NamedTuple):
     """Parameters that entered arithmetic on data on the way to this value."""
     mask: bool = False
     """A comparison result: multiplying data by it selects, it does not compute."""
+    integer: bool = False
+    """Known to hold integers (indices, int casts, bit operations): sums of it are exact, so an
+    atomic that merges it is no order hazard. Scalar parameters count as integers here."""
 
 
 EMPTY = KV()
@@ -57,7 +60,8 @@ def merge(values, shape=None, ptr=None) -> KV:
     return KV(deps=deps, shape=shape if shape is not None else broadcast(v.shape for v in values),
               ptr=any(v.ptr for v in values) if ptr is None else ptr, data=any(v.data for v in values),
               mixed=frozenset().union(*(v.mixed for v in values)) if values else frozenset(),
-              mask=bool(values) and all(v.mask for v in values))
+              mask=bool(values) and all(v.mask for v in values),
+              integer=bool(values) and all(v.integer for v in values))
 
 
 def mix(values) -> KV:
@@ -80,3 +84,28 @@ def fold(op: ast.operator, a: object, b: object) -> object:
         return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(op))
     except Exception:
         return None
+
+
+BIT_OPS = (ast.LShift, ast.RShift, ast.BitAnd, ast.BitOr, ast.BitXor)
+INT_PRESERVING = {"maximum", "minimum", "abs", "max", "min", "cdiv", "umulhi", "reduce", "sum",
+                   "cumsum", "argmax", "argmin", "broadcast_to", "reshape", "view", "trans", "permute"}
+
+
+
+
+def untouched(value: KV | None, name: str) -> bool:
+    """The parameter `name` as the kernel received it (not reassigned in the body)."""
+    return value is not None and value.deps == {name} and value.shape is None and not value.data \
+        and not value.ptr
+
+
+def int_dtype(node: ast.Call) -> bool | None:
+    """Whether a call's dtype argument (`tl.int32`, `dtype=tl.float32`) is an integer type;
+    None when it names none."""
+    for arg in [*node.args, *(k.value for k in node.keywords if k.arg in {"dtype", "dst_ty"})]:
+        name = arg.attr if isinstance(arg, ast.Attribute) else ""
+        if name.startswith(("int", "uint")):
+            return True
+        if name.startswith(("float", "bfloat")) or name in {"fp8e4nv", "fp8e5"}:
+            return False
+    return None

@@ -130,6 +130,14 @@ class CallSemantics:
             return combine([*args, *kwargs.values()])
         if isinstance(func, ast.Attribute):
             receiver = self.expr(func.value, env)
+            kernels = sorted(k for k in receiver.funcs if k in self.kernels)
+            if func.attr == "warmup" and kernels:
+                # `kernel.warmup(*args, grid=..., BLOCK=...)` compiles with these constexprs; the
+                # compiled kernel it returns launches with them.
+                grid = kwargs.pop("grid", CLEAN)
+                for k in kernels:
+                    self.launch(k, node, args, kwargs, grid, env, effect=False)
+                return Val(funcs=frozenset(kernels))
             if func.attr in {"append", "extend", "insert"} and receiver.elts is not None:
                 if isinstance(func.value, ast.Name):
                     added = args[-1:]
@@ -215,7 +223,8 @@ class CallSemantics:
         return combine(args)
 
     def launch(self, kernel: str, node: ast.Call, args: list[Val], kwargs: dict[str, Val], grid: Val,
-               env: dict[str, Val]) -> Val:
+               env: dict[str, Val], effect: bool = True) -> Val:
+        """Record a launch; `effect=False` for a compile-only warmup, which computes nothing."""
         info = self.kernels[kernel]
         params: dict[str, Val] = {p: Val(const=d) for p, d in info.defaults.items()}
         options: dict[str, Val] = {}
@@ -236,7 +245,8 @@ class CallSemantics:
             axes = grid.elts if grid.elts is not None else (grid,)
         launch = Launch(kernel, node.lineno, params, options, axes)
         self.facts.launches.append(launch)
-        self.effects.append(launch)
+        if effect:
+            self.effects.append(launch)
         for p, v in params.items():
             for part in (v.elts or ()) + (v,):
                 if part.mixed:

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from gates.static.facts import Dispatch, short
 from gates.static.values import CLEAN, Origin, Val, flat_batch, join, join_all, replace
 
+ANY_KEY = "<any key>"
+"""Where a dict keeps values stored under keys that are not constants."""
+
 
 @dataclass
 class Frame:
@@ -215,6 +218,9 @@ class ControlFlow:
                 key = self.expr(target.slice, env)
                 if key.known:
                     base.obj.attrs[key.const] = value
+                else:  # a cache filled under computed keys: what any lookup may return
+                    old = base.obj.attrs.get(ANY_KEY)
+                    base.obj.attrs[ANY_KEY] = value if old is None else join(old, value)
             elif isinstance(target.value, ast.Name) and base.tensor and value.mixed:
                 env[target.value.id] = replace(base, mixed=value.mixed)
         elif isinstance(target, ast.Starred):

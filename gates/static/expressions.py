@@ -8,10 +8,24 @@ Arithmetic between a batched tensor and a batch-derived scalar is recorded as ro
 from __future__ import annotations
 
 import ast
+import operator
 
 from gates.static.facts import RowArithmetic, TorchOp, short
 from gates.static.kernels import dotted
 from gates.static.values import CLEAN, NOCONST, Obj, Origin, Val, combine, flat_batch, join_all, replace
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+           ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_,
+           ast.BitOr: operator.or_, ast.BitXor: operator.xor}
+_COMPARES = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+             ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+             ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+
+
+def _huge(exponent: object) -> bool:
+    """An exponent or shift too large to fold quickly."""
+    return not isinstance(exponent, (int, float)) or abs(exponent) > 4096
 
 
 class ExpressionSemantics:
@@ -87,10 +101,10 @@ class ExpressionSemantics:
                 if t.tensor and t.rows and not t.integer and not scalar.tensor and origin is not None:
                     self.facts.row_arithmetic.append(RowArithmetic(node.lineno, short(node), origin))
             const = NOCONST
-            if left.known and right.known:
+            if left.known and right.known and type(node.op) in _BINOPS \
+                    and not (isinstance(node.op, (ast.Pow, ast.LShift)) and _huge(right.const)):
                 try:
-                    const = eval(compile(ast.Expression(ast.BinOp(ast.Constant(left.const), node.op,
-                                                                  ast.Constant(right.const))), "", "eval"))
+                    const = _BINOPS[type(node.op)](left.const, right.const)
                 except Exception:
                     const = NOCONST
             if left.elts is not None and right.elts is not None and isinstance(node.op, ast.Add):
@@ -120,11 +134,10 @@ class ExpressionSemantics:
         if isinstance(node, ast.Compare):
             parts = [self.expr(p, env) for p in [node.left, *node.comparators]]
             const = NOCONST
-            if all(p.known for p in parts):
+            if all(p.known for p in parts) and all(type(op) in _COMPARES for op in node.ops):
                 try:
-                    const = eval(compile(ast.Expression(ast.Compare(
-                        ast.Constant(parts[0].const), node.ops, [ast.Constant(p.const) for p in parts[1:]])),
-                        "", "eval"))
+                    const = all(_COMPARES[type(op)](a.const, b.const)
+                                for op, a, b in zip(node.ops, parts, parts[1:], strict=False))
                 except Exception:
                     const = NOCONST
             return combine(parts, const=const)
@@ -185,7 +198,10 @@ class ExpressionSemantics:
         if base.obj is not None and base.obj.cls == "<dict>":
             if index.known and index.const in base.obj.attrs:
                 return base.obj.attrs[index.const]
-            return join_all(base.obj.attrs.values()).derived(flat_batch(index))
+            values = list(base.obj.attrs.values())
+            if values and all(v == values[0] for v in values[1:]):
+                return values[0]  # every entry the same: the key does not choose
+            return join_all(values).derived(flat_batch(index))
         if base.tensor:
             return self.tensor_index(base, node.slice, env)
         if base.elts is not None:

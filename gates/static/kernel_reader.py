@@ -9,9 +9,19 @@ record which set their bounds and step; same-file `@triton.jit` helpers are inli
 from __future__ import annotations
 
 import ast
-from dataclasses import replace
 
-from gates.static.block_values import EMPTY, KV, broadcast, fold, merge, mix
+from gates.static.block_values import (
+    BIT_OPS,
+    EMPTY,
+    INT_PRESERVING,
+    KV,
+    broadcast,
+    fold,
+    int_dtype,
+    merge,
+    mix,
+    untouched,
+)
 from gates.static.configs import read_autotune, read_heuristics
 from gates.static.kernels import (
     EXACT_REDUCTIONS,
@@ -23,6 +33,7 @@ from gates.static.kernels import (
     accumulators,
     arithmetic,
     call_leaf,
+    data_part,
     dotted,
     pointer_params,
     survey,
@@ -86,8 +97,10 @@ class KernelReader:
 
     def branch(self, node: ast.If, env: dict[str, KV]) -> KV | None:
         test = self.expr(node.test, env)
-        if test.deps and not any(d.startswith(("pid:", "nprog:")) for d in test.deps) \
-                and arithmetic(node.body) != arithmetic(node.orelse):
+        # A branch on loaded data or an atomic's result (a ticket) picks which program does some
+        # work at run time; one that only computes addresses or masks computes the same values.
+        if test.deps and not test.data and not any(d.startswith(("pid:", "nprog:")) for d in test.deps) \
+                and arithmetic(data_part(node.body, env)) != arithmetic(data_part(node.orelse, env)):
             self.use(test.deps, f"condition of the branch at line {node.lineno}", node.lineno, branch=True)
         guard = self.guard(node.test, env)
         rets = []
@@ -112,7 +125,7 @@ class KernelReader:
             return None
         left, right = test.left, test.comparators[0]
         if isinstance(left, ast.Name) and left.id in self.info.constexprs \
-                and isinstance(right, ast.Constant) and env.get(left.id) == KV(deps=frozenset({left.id})):
+                and isinstance(right, ast.Constant) and untouched(env.get(left.id), left.id):
             return left.id, type(test.ops[0]).__name__, right.value
         return None
 
@@ -137,10 +150,6 @@ class KernelReader:
         skip = {n for n, v in env.items() if v.ptr}
         if isinstance(node, ast.While):
             skip |= {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
-        sums = accumulators(self._updates.get(key, []), skip)
-        if sums:
-            self.use(bounds, "bound of the accumulating loop", line)
-            self.use(step, "step of the accumulating loop", line)
         ret = None
         for _ in range(2):  # again when a carried value changed, so it reaches its uses
             before = dict(env)
@@ -153,6 +162,11 @@ class KernelReader:
                     env[name] = merged
             if not changed:
                 break
+        # Integer accumulators (tile ids, counters) are exact in any order.
+        skip |= {n for n, v in env.items() if v.integer}
+        if accumulators(self._updates.get(key, []), skip):
+            self.use(bounds, "bound of the accumulating loop", line)
+            self.use(step, "step of the accumulating loop", line)
         self.block(node.orelse, env)
         return ret
 
@@ -172,14 +186,20 @@ class KernelReader:
             if node.id in env:
                 return env[node.id]
             value = self.consts.get(node.id)
-            return KV(const=value) if isinstance(value, (int, float, bool)) else EMPTY
+            return KV(const=value, integer=isinstance(value, int)) \
+                if isinstance(value, (int, float, bool)) else EMPTY
         if isinstance(node, ast.Constant):
-            return KV(const=node.value)
+            return KV(const=node.value, integer=isinstance(node.value, int))
         if isinstance(node, ast.BinOp):
             left, right = self.expr(node.left, env), self.expr(node.right, env)
             if left.mask and right.mask:  # (rows < T) & (cols < H)
                 return merge([left, right])
-            return mix([left, right])._replace(const=fold(node.op, left.const, right.const))
+            out = mix([left, right])._replace(const=fold(node.op, left.const, right.const))
+            if isinstance(node.op, BIT_OPS):
+                out = out._replace(integer=True)
+            elif isinstance(node.op, ast.Div):
+                out = out._replace(integer=False)
+            return out
         if isinstance(node, ast.UnaryOp):
             return self.expr(node.operand, env)
         if isinstance(node, (ast.BoolOp, ast.Compare)):
@@ -242,15 +262,17 @@ class KernelReader:
         if isinstance(node.func, ast.Name) and node.func.id in self.jit:
             return self.inline(self.jit[node.func.id], args, kwargs)
         if leaf == "program_id":
-            return KV(deps=frozenset({f"pid:{_axis(node)}"}))
+            return KV(deps=frozenset({f"pid:{_axis(node)}"}), integer=True)
         if leaf == "num_programs":
-            return KV(deps=frozenset({f"nprog:{_axis(node)}"}))
+            return KV(deps=frozenset({f"nprog:{_axis(node)}"}), integer=True)
         if leaf == "arange":
-            return KV(deps=merge(args).deps, shape=(merge(args).deps,))
+            return KV(deps=merge(args).deps, shape=(merge(args).deps,), integer=True)
         if leaf in {"zeros", "full", "empty"}:
-            return KV(shape=self.shape_arg(node.args[0] if node.args else None, env))
+            return KV(shape=self.shape_arg(node.args[0] if node.args else None, env),
+                      integer=int_dtype(node) is True)
         if leaf in {"zeros_like", "full_like", "empty_like"} and args:
-            return KV(shape=args[0].shape)
+            return KV(shape=args[0].shape, integer=args[0].integer if int_dtype(node) is None
+                      else int_dtype(node))
         if leaf == "load" and args:
             return KV(shape=broadcast([args[0].shape, kwargs.get("mask", EMPTY).shape]), data=True)
         if leaf == "make_block_ptr":
@@ -258,9 +280,12 @@ class KernelReader:
             shape = tuple(e.deps for e in block.elts) if block.elts else None
             return KV(deps=merge(args[:1]).deps, shape=shape, ptr=True)
         if leaf.startswith("atomic_"):
-            self.atomic(node, leaf, args[0] if args else EMPTY)
-            self.stored(args[1] if len(args) > 1 else kwargs.get("val", EMPTY), line)
-            return KV(shape=args[0].shape if args else None, data=True)
+            # The value merged in: atomic_cas(ptr, cmp, val) writes its third argument.
+            value = (args[2] if len(args) > 2 else kwargs.get("val", EMPTY)) if leaf == "atomic_cas" \
+                else (args[1] if len(args) > 1 else kwargs.get("val", EMPTY))
+            self.atomic(node, leaf, args[0] if args else EMPTY, value)
+            self.stored(value, line)
+            return KV(shape=args[0].shape if args else None, data=True, integer=value.integer)
         if leaf in {"dot", "dot_scaled"} and len(args) >= 2:
             a, b = args[0], args[1] if leaf == "dot" else args[2]
             k = (a.shape[-1] if a.shape else frozenset()) | (b.shape[0] if b.shape else frozenset())
@@ -275,7 +300,10 @@ class KernelReader:
             return args[0]._replace(shape=shape)
         if leaf in {"trans", "permute"} and args and args[0].shape:
             return args[0]._replace(shape=tuple(reversed(args[0].shape)))
-        if leaf in {"multiple_of", "max_contiguous", "max_constancy", "to", "cast", "advance"} and args:
+        if leaf in {"to", "cast"} and args:
+            kind = int_dtype(node)
+            return args[0] if kind is None else args[0]._replace(integer=kind)
+        if leaf in {"multiple_of", "max_contiguous", "max_constancy", "advance"} and args:
             return args[0]
         if leaf == "store":
             self.stored(args[1] if len(args) > 1 else kwargs.get("value", EMPTY), line)
@@ -283,8 +311,10 @@ class KernelReader:
         if leaf in {"static_assert", "device_assert", "debug_barrier", "device_print"}:
             return EMPTY
         if leaf == "where" and len(args) == 3:  # selection, not arithmetic
-            return merge(args)._replace(mask=args[1].mask and args[2].mask)
-        return mix([*args, *kwargs.values()])
+            return merge(args)._replace(mask=args[1].mask and args[2].mask,
+                                        integer=args[1].integer and args[2].integer)
+        out = mix([*args, *kwargs.values()])
+        return out if leaf in INT_PRESERVING else out._replace(integer=False)
 
     def reduction(self, node: ast.Call, leaf: str, positional: list[ast.expr], args: list[KV]) -> KV:
         shape = args[0].shape or ()
@@ -326,12 +356,13 @@ class KernelReader:
         if value.mixed:
             self.info.values.append(ReductionUse(value.mixed, f"value stored at line {line}", line))
 
-    def atomic(self, node: ast.Call, leaf: str, pointer: KV) -> None:
+    def atomic(self, node: ast.Call, leaf: str, pointer: KV, value: KV) -> None:
         val = node.args[1] if len(node.args) > 1 else next(
             (k.value for k in node.keywords if k.arg == "val"), None)
         counter = isinstance(val, ast.Constant) and isinstance(val.value, int)
         shared = not any(d.startswith("pid:") for d in pointer.deps)
-        self.info.atomics.append(Atomic(leaf, node.lineno, list(self.guards), counter, shared))
+        self.info.atomics.append(Atomic(leaf, node.lineno, list(self.guards), counter, shared,
+                                        integer=value.integer))
 
     def inline(self, fn: ast.FunctionDef, args: list[KV], kwargs: dict[str, KV]) -> KV:
         if self.depth >= MAX_INLINE_DEPTH:
@@ -381,45 +412,8 @@ def read_kernel(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef],
                 info.heuristics += read_heuristics(dec, module_defs)
     loops, calls = survey(fn)
     pointers = pointer_params(calls, params)
-    env = {p: KV(deps=frozenset({p}), ptr=p in pointers) for p in params}
+    env = {p: KV(deps=frozenset({p}), ptr=p in pointers, integer=p not in pointers) for p in params}
     reader = KernelReader(info, jit_functions, module_consts)
     reader._updates = loops
     reader.block(fn.body, env)
     return info
-
-
-def read_kernel_aliases(tree: ast.Module, kernels: dict[str, KernelInfo], module_defs: dict[str, ast.AST],
-                        jit_functions: dict[str, ast.FunctionDef], module_consts: dict[str, object]
-                        ) -> dict[str, KernelInfo]:
-    """Kernels made by applying decorators as calls: `k2 = triton.autotune(...)(k)`, `k = triton.jit(f)`."""
-    out: dict[str, KernelInfo] = {}
-    for stmt in tree.body:
-        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name)):
-            continue
-        node, decorators, jitted = stmt.value, [], False
-        while isinstance(node, ast.Call) and len(node.args) == 1:
-            if isinstance(node.func, ast.Call):
-                decorators.append(node.func)
-            elif dotted(node.func).split(".")[-1] == "jit":
-                jitted = True
-            else:
-                break
-            node = node.args[0]
-        if not isinstance(node, ast.Name) or not (decorators or jitted):
-            continue
-        base = kernels.get(node.id) or out.get(node.id)
-        if base is None and jitted and isinstance(module_defs.get(node.id), ast.FunctionDef):
-            base = read_kernel(module_defs[node.id], jit_functions, module_consts, module_defs)
-        if base is None:
-            continue
-        alias = replace(base, name=stmt.targets[0].id, heuristics=list(base.heuristics))
-        for dec in decorators:
-            leaf = dotted(dec.func).split(".")[-1]
-            if leaf == "autotune":
-                alias.autotune = read_autotune(dec, module_defs)
-            elif leaf == "heuristics":
-                alias.heuristics += read_heuristics(dec, module_defs)
-        out[alias.name] = alias
-    return out
-

@@ -42,6 +42,8 @@ class Atomic:
     """Adds an integer literal (a ticket counter), which is exact."""
     shared: bool
     """The address does not depend on the program id: every program updates the same place."""
+    integer: bool = False
+    """The value merged in holds integers (bit patterns, packed keys, tickets): exact in any order."""
 
 
 @dataclass
@@ -124,6 +126,8 @@ def classify(node: ast.stmt) -> Update | None:
         return Update(node.target.id, "sum") if isinstance(node.op, (ast.Add, ast.Sub)) else None
     if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
         name = node.targets[0].id
+        if isinstance(node.value, ast.Call) and call_leaf(node.value) in _FRESH:
+            return Update(name, "reset")  # acc = tl.zeros_like(acc): a new accumulation starts
         reads = False
         for n in ast.walk(node.value):
             if isinstance(n, ast.Name) and n.id == name:
@@ -135,6 +139,9 @@ def classify(node: ast.stmt) -> Update | None:
                 return Update(name, "sum")  # tl.dot(a, b, acc)
         return None if reads else Update(name, "reset")
     return None
+
+
+_FRESH = {"zeros", "zeros_like", "full", "full_like"}
 
 
 def _reads(node: ast.AST, name: str) -> bool:
@@ -222,3 +229,23 @@ def pointer_params(calls: list[ast.Call], params: list[str]) -> set[str]:
     names_ptr = {p for p in params if p.endswith("ptr") or p.endswith("_ptrs")}
     return found | names_ptr
 
+
+_MEMORY = ("load", "store", "atomic_", "dot", "make_block_ptr")
+
+
+def data_part(body: list[ast.stmt], env: dict) -> list[ast.stmt]:
+    """The statements of a branch body that compute on data (loaded values, stores, atomics),
+    leaving out index, offset and mask computations (`row = row.to(tl.int64)`, `mask = cols < H`)."""
+    data = {name for name, value in env.items() if value.data}
+    kept = []
+    for stmt in body:
+        reads = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        memory = any(isinstance(n, ast.Call) and call_leaf(n).startswith(_MEMORY) for n in ast.walk(stmt))
+        targets = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        plain = isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Pass))
+        if memory or reads & data or not plain:
+            kept.append(stmt)
+            data |= targets
+        else:
+            data -= targets
+    return kept

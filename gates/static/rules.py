@@ -1,5 +1,6 @@
 """The static gate's rules: small functions with stable ids, each turning analysis facts into
-findings with a line and a fix hint an LLM can act on. Every rule here reports errors."""
+findings with a line and a fix hint an LLM can act on. Proved hazards are errors, possible ones
+(vendor ops, autotuning keyed on the batch) warnings; see `POSSIBLE`."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ class Rule:
     id: str
     title: str
     hint: str
-    check: Callable[[Analysis], Iterator[tuple[int | None, str]]]
-    """Yields (line, message) for each place the rule fires."""
+    check: Callable[[Analysis], Iterator[tuple]]
+    """Yields (line, message) for each place the rule fires, or (line, message, "warning") for a
+    possible hazard (see `POSSIBLE`)."""
 
 
 RULES: dict[str, Rule] = {}
@@ -42,15 +44,26 @@ def rule(rule_id: str, title: str, hint: str):
     return register
 
 
+POSSIBLE = (" This is a possible hazard, not a proved one: whether the library or the tuner really "
+            "changes strategy with the batch is for the dynamic gate to show, so it is a warning.")
+"""Appended to a warning. Severity policy: a finding whose mechanism provably changes a row's
+reduction order, code path or inputs with the batch (a block, split or loop bound from T, a branch
+on T between different code, a float atomic, a batch-wide statistic) is an error; one that only may
+(a vendor op, autotuning keyed on T) is a warning, which the dynamic gate confirms or not."""
+
+
 def run_rules(analysis: Analysis) -> list[Finding]:
     """Every rule's findings, without repeats, sorted by line."""
     seen: set[tuple[str, int | None, str]] = set()
     findings = []
     for r in RULES.values():
-        for line, message in r.check(analysis):
+        for line, message, *severity in r.check(analysis):
+            level = severity[0] if severity else "error"
+            if level == "warning":
+                message += POSSIBLE
             if (r.id, line, message) not in seen:
                 seen.add((r.id, line, message))
-                findings.append(Finding(rule=r.id, severity="error", line=line, message=message, hint=r.hint))
+                findings.append(Finding(rule=r.id, severity=level, line=line, message=message, hint=r.hint))
     return sorted(findings, key=lambda f: (f.line or 0, f.rule))
 
 
@@ -141,8 +154,8 @@ def tuned_on_batch(a: Analysis):
                 yield k.autotune.line, (
                     f"@triton.autotune on `{k.name}` is keyed on `{keys[0]}`, derived from the batch size "
                     f"via {origin.describe()} (launch at line {launch.line}), and its configs differ in "
-                    f"{', '.join(relevant)}, which shape the reduction: the tuner picks a different "
-                    f"reduction order for different batch sizes")
+                    f"{', '.join(relevant)}, which shape the reduction: the tuner may pick a different "
+                    f"reduction order for different batch sizes."), "warning"
         for h in k.heuristics:
             reads = [r for r in sorted(h.reads) if _batch_origin(launch, r)]
             uses = k.uses_of(h.param) + k.branches_on(h.param)
@@ -197,7 +210,8 @@ def atomics(a: Analysis):
     for k in _launched(a):
         launches = [launch for launch in a.host.launches if launch.kernel == k.name]
         for atomic in k.atomics:
-            if atomic.op in ORDER_FREE_ATOMICS or atomic.counter or not _reachable(atomic, launches):
+            if atomic.op in ORDER_FREE_ATOMICS or atomic.counter or atomic.integer \
+                    or not _reachable(atomic, launches):
                 continue
             yield atomic.line, (f"`tl.{atomic.op}` in kernel `{k.name}` accumulates partial results from "
                                 f"several programs; they arrive in a different order from run to run and "
@@ -243,11 +257,12 @@ def vendor_ops(a: Analysis):
     for op in a.host.torch_ops:
         if op.kind == "gemm":
             yield op.line, (f"`{op.op}` on batched tensor `{op.tensor}` runs a library GEMM whose tile shape "
-                            f"and split-K are chosen from the problem size, so a row's result depends on "
-                            f"the batch size")
+                            f"and split-K are chosen from the problem size, so a row's result may depend on "
+                            f"the batch size."), "warning"
         else:
             yield op.line, (f"`{op.op}` over batched tensor `{op.tensor}` runs a library reduction whose "
-                            f"strategy (block size, split across blocks) depends on the number of rows")
+                            f"strategy (block size, split across blocks) may depend on the number of "
+                            f"rows."), "warning"
 
 
 # -- BI006 -------------------------------------------------------------------------------------

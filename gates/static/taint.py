@@ -43,9 +43,10 @@ class HostReader(CallSemantics, ExpressionSemantics, ControlFlow, TensorSemantic
         self.class_attrs: dict[str, dict[str, ast.expr]] = {}
         self.effects: list[Launch | str] = []
         self.stack: list[str] = []
+        # In file order, as Python runs it: `_lib = log_softmax` before `def log_softmax(...)`
+        # keeps the imported function, which the later definition shadows.
         for stmt in tree.body:
             self.declare(stmt, self.globals, top=True)
-        for stmt in tree.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
                 self.stmt(stmt, self.globals, Frame())
         for name in kernels:  # kernels, including those made by `k2 = triton.autotune(...)(k)`
@@ -57,14 +58,19 @@ class HostReader(CallSemantics, ExpressionSemantics, ControlFlow, TensorSemantic
     def declare(self, stmt: ast.stmt, env: dict[str, Val], top: bool = False) -> None:
         if isinstance(stmt, ast.Import):
             for a in stmt.names:
-                self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                name = a.asname or a.name.split(".")[0]
+                self.aliases[name] = a.name if a.asname else a.name.split(".")[0]
+                env.pop(name, None)
         elif isinstance(stmt, ast.ImportFrom) and stmt.module:
             for a in stmt.names:
                 self.aliases[a.asname or a.name] = f"{stmt.module}.{a.name}"
+                env.pop(a.asname or a.name, None)
         elif isinstance(stmt, ast.FunctionDef):
             key = stmt.name if top else f"{stmt.name}@{stmt.lineno}"
             self.callables[key] = (stmt, None if top else env)
             env[stmt.name] = Val(funcs=frozenset({key}))
+            if top:
+                self.aliases.pop(stmt.name, None)
         elif isinstance(stmt, ast.ClassDef):
             self.callables[stmt.name] = (stmt, None)
             attrs: dict[str, ast.expr] = {}
@@ -77,6 +83,13 @@ class HostReader(CallSemantics, ExpressionSemantics, ControlFlow, TensorSemantic
                     attrs[item.target.id] = item.value  # type: ignore[assignment]
             self.class_attrs[stmt.name] = attrs
             env[stmt.name] = Val(funcs=frozenset({stmt.name}))
+            if top:
+                self.aliases.pop(stmt.name, None)
+            if f"{stmt.name}.forward" in self.callables and f"{stmt.name}.apply" not in self.callables:
+                # torch.autograd.Function: `Cls.apply(*args)` runs `Cls.forward(ctx, *args)`.
+                apply = ast.parse(f"def apply(*args, **kwargs):\n"
+                                  f"    return {stmt.name}.forward(None, *args, **kwargs)")
+                self.callables[f"{stmt.name}.apply"] = (apply.body[0], None)
 
     def library_function(self, qualified: str) -> Val:
         """A reference to a torch function (callable later through a variable); else clean."""
