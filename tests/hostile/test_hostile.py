@@ -275,7 +275,7 @@ def run_candidate(name: str, spec: dict, env: dict[str, str], keys: list[str]) -
     run = Run()
     with tempfile.TemporaryDirectory(prefix="hostile-harness-") as d:
         out_path, err_path = Path(d) / "stdout", Path(d) / "stderr"
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        with open(out_path, "ab") as out, open(err_path, "ab") as err:  # append: as a pipe would
             start = time.monotonic()
             proc = subprocess.Popen(command(name, spec), cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=err, start_new_session=True)
