@@ -253,6 +253,8 @@ def run(
     console.print(f"{outcome.ran} of {outcome.loops} loops run in {outcome.seconds:.0f} s "
                   f"(evaluation cache: {outcome.cache_hits} hits, {outcome.cache_misses} stages evaluated)",
                   highlight=False)
+    for note in outcome.notes:
+        console.print(note, highlight=False)
     print_reports(out)
 
 

@@ -73,6 +73,8 @@ class RunOutcome:
     seconds: float
     cache_hits: int
     cache_misses: int
+    notes: list[str] = field(default_factory=list)
+    """Lines the providers have to say on the run (where a replay diverged from its record)."""
 
 
 class StopRequested(BaseException):
@@ -377,8 +379,10 @@ def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
     saver.conn.close()
     store.close()
     hits, misses = (run.evaluator.hits, run.evaluator.misses) if run else (0, 0)
+    notes = [line for p in {id(p): p for p in providers.values()}.values()
+             for line in (p.divergence_lines() if hasattr(p, "divergence_lines") else [])]
     return RunOutcome(run_dir=out, loops=len(loops), ran=len(todo), seconds=time.perf_counter() - started,
-                      cache_hits=hits, cache_misses=misses)
+                      cache_hits=hits, cache_misses=misses, notes=notes)
 
 
 def freeze(store: Store, saver: LatestCheckpoints, pool: WorkerPool | None, run: LoopRunner | None) -> None:

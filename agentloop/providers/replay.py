@@ -34,9 +34,11 @@ import random
 import re
 import threading
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from pydantic import ConfigDict
 
 from agentloop.extract import code_blocks
 from agentloop.providers.base import (
@@ -46,8 +48,9 @@ from agentloop.providers.base import (
     ProviderError,
     ProviderOptions,
     request_hash,
+    request_meta,
 )
-from agentloop.providers.record import read_exchanges
+from agentloop.providers.record import ExchangeRecord, read_exchanges
 
 _TASK_LINE = re.compile(r"^[ \t>*_-]*task[*_]*[ \t]*:[ \t]*`?([A-Za-z0-9_.-]+)`?[ \t]*$",
                         re.MULTILINE | re.IGNORECASE)
@@ -230,35 +233,110 @@ def review(messages: list[Message]) -> str:
     return "verdict: revise\n" + "\n".join(lines)
 
 
-class RunReplayProvider(Provider):
-    """`replay:RUN_DIR`: the answers recorded in RUN_DIR/exchanges.jsonl, exactly.
+class RunReplayOptions(ProviderOptions):
+    """None of its own: the recorded run's provider options (a timeout, a temperature) are
+    accepted and ignored, so its campaign file replays as it is."""
 
-    A request is matched by its content hash (the messages, not the seed); identical requests
-    get the recorded answers in record order. A request the record does not hold is an error.
+    model_config = ConfigDict(extra="ignore")
+
+
+class Divergence(NamedTuple):
+    """Where a replayed loop's conversation first left the record."""
+
+    turn: int
+    """The loop's request number (1 = its first request), counting every role."""
+    role: str
+    recorded: str
+    """Hash of the recorded request."""
+    asked: str
+    """Hash of the request this run made."""
+
+
+class RunReplayProvider(Provider):
+    """`replay:RUN_DIR`: the answers recorded in RUN_DIR/exchanges.jsonl, turn by turn.
+
+    Within a campaign (the loop says who asks: cell, task and role), a request gets the answer
+    recorded for the same turn of the same loop: same style, mode and task (the cell's provider
+    is not compared: the recorded run used another one), same role, and the k-th such request
+    the k-th recorded answer, a recorded answer with the same seed first (a round's candidates
+    are asked in parallel). The request's content hash is only a check: prompts carry measured
+    speedups, so a replay on another machine asks other words and still gets the recorded
+    answer; where they differ the loop's first divergence is kept (`divergences`,
+    `divergence_lines`). Outside a campaign (no loop meta) a request is matched by its hash,
+    identical requests in record order. A turn that the record does not hold is an error.
     """
 
     name = "replay"
+    Options = RunReplayOptions
 
     def __init__(self, model: str = "", **options: Any):
         super().__init__(model, **options)
         self._answers: dict[str, deque[str]] = defaultdict(deque)
+        self._turns: dict[tuple[str, str, str, str], list[ExchangeRecord]] = defaultdict(list)
         for rec in read_exchanges(model):
-            if rec.text is not None:
-                self._answers[rec.request_hash].append(rec.text)
+            if rec.text is None:
+                continue
+            self._answers[rec.request_hash].append(rec.text)
+            key = self._turn_key(rec.meta)
+            if key is not None:
+                self._turns[key].append(rec)
+        self._taken: set[int] = set()
+        self._asked: Counter[tuple[str, str, str]] = Counter()
+        self.divergences: dict[str, Divergence] = {}
+        """First divergence per loop ("style/mode|task")."""
+        self.matched = 0
+        """Requests whose hash equals the recorded one."""
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _turn_key(meta: dict[str, Any] | None) -> tuple[str, str, str, str] | None:
+        cell, task, role = (meta or {}).get("cell"), (meta or {}).get("task"), (meta or {}).get("role")
+        if not (isinstance(cell, str) and cell.count("/") >= 2 and task and role):
+            return None
+        style, mode, _ = cell.split("/", 2)
+        return style, mode, str(task), str(role)
 
     def complete(self, messages: list[Message], *, seed: int | None = None) -> Completion:
         start = time.perf_counter()
         digest = request_hash(messages)
+        key = self._turn_key(request_meta.get())
         with self._lock:
-            queue = self._answers.get(digest)
-            if not queue:
-                used = "all its recorded answers were used" if queue is not None else "never recorded"
-                raise ProviderError(f"{self.spec}: request {digest[:12]} is not in the record ({used}); "
-                                    "this run asked what the recorded run did not")
-            text = queue.popleft()
+            text = self._by_turn(key, digest, seed) if key is not None else self._by_hash(digest)
         return Completion(text=text, latency_s=time.perf_counter() - start, model=self.model,
                           provider=self.name, cost_usd=0.0)
+
+    def _by_hash(self, digest: str) -> str:
+        queue = self._answers.get(digest)
+        if not queue:
+            used = "all its recorded answers were used" if queue is not None else "never recorded"
+            raise ProviderError(f"{self.spec}: request {digest[:12]} is not in the record ({used}); "
+                                "this run asked what the recorded run did not")
+        return queue.popleft()
+
+    def _by_turn(self, key: tuple[str, str, str, str], digest: str, seed: int | None) -> str:
+        style, mode, task, role = key
+        loop = f"{style}/{mode}|{task}"
+        self._asked[style, mode, task] += 1
+        turn = self._asked[style, mode, task]
+        left = [r for r in self._turns.get(key, []) if r.n not in self._taken]
+        if not left:
+            held = len(self._turns.get(key, []))
+            raise ProviderError(f"{self.spec}: loop {loop} asks its {role} for answer {held + 1}, but the "
+                                f"record holds {held}; replay the campaign as it was recorded "
+                                "(its budget, styles and modes)")
+        rec = next((r for r in left if r.seed == seed), left[0])
+        self._taken.add(rec.n)
+        if rec.request_hash == digest:
+            self.matched += 1
+        elif loop not in self.divergences:
+            self.divergences[loop] = Divergence(turn, role, rec.request_hash, digest)
+        return rec.text or ""
+
+    def divergence_lines(self) -> list[str]:
+        """One line per loop whose conversation left the record, and where."""
+        return [f"replay: {loop} diverged from the record at request {d.turn} ({d.role}): it asked "
+                f"{d.asked[:12]}, the record holds {d.recorded[:12]}; the recorded answers were given "
+                "from there on" for loop, d in sorted(self.divergences.items())]
 
 
 def replay_provider(model: str = "", **options: Any) -> Provider:
