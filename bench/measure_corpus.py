@@ -12,8 +12,9 @@ Per candidate, in the child:
   (c) determinism: the same call repeated gives identical bytes, at a few batch sizes;
   (b) batch invariance: a probe row computed alone (batch size 1) must come back bit for bit in
       every batch of a sweep of sizes, at the first / middle / last position, beside fresh random,
-      zero and large rows, beside longer or tighter sequences for a ragged padded axis; a
-      permuted batch must permute its outputs; rows shared by two batch sizes must agree. One
+      zero and large rows, rows holding inf, -inf and NaN (which must not reach a probe), beside
+      longer or tighter sequences for a ragged padded axis; a permuted batch must permute its
+      outputs; rows shared by two batch sizes must agree. One
       extra probe is probe 0 with near-ties planted (values within two ulps of each maximum
       along the last axis of its floating inputs), which exposes batch-dependent comparisons
       such as argmax keys; it is only compared with itself alone, never with the reference.
@@ -50,8 +51,8 @@ from gates.corpus import Measured, load_manifest, manifest_path, save_manifest  
 from gates.reference import as_outputs, make_inputs, reference_fn  # noqa: E402
 
 MARK = "@@measure "
-CPU_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 16, 17, 33]
-CONTEXTS = ("random", "zeros", "large")
+CPU_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 16, 17, 33, 64, 128, 256, 512]
+CONTEXTS = ("random", "zeros", "large", "nonfinite")
 PROBE_SEED, POOL_SEED, CORRECT_SEED = 11, 12, 1
 PROBES = 4  # generated probe rows; one more, the near-tie probe, is derived from probe 0
 NEAR_TIE = PROBES  # its index among the probes
@@ -315,6 +316,12 @@ class BatchMaker:
                 t.zero_()
             elif ctx == "large" and t.is_floating_point():
                 t.mul_(1e3)
+            elif ctx == "nonfinite" and t.is_floating_point():
+                # inf, -inf and NaN at the start of every co-batched row: none may reach a probe.
+                flat = t.view(size, -1)
+                n = min(3, flat.shape[1])
+                values = [math.inf, -math.inf, math.nan][:n]
+                flat[:, :n] = torch.tensor(values, dtype=t.dtype, device=t.device)
             ax = self.ragged.get(a.name)
             if ax is not None and ctx == "tight":
                 t = t.narrow(ax, 0, tight).contiguous()
@@ -480,6 +487,7 @@ class Oracle:
                         perm = torch.randperm(size, generator=torch.Generator().manual_seed(size))
                         pkw = {k: v[perm.to(v.device)] if k in mk.pool else v for k, v in kw.items()}
                     got = self.call(kw, clone=False)
+                    self.emit("sweep", f"{dtype} B={size} {ctx}")  # big batches take a while
                     self._probes(got, size, slots, ctx, dtype, alone)
                     if ctx == "random":
                         self._shared_rows(got, size, slots, dtype, prev)

@@ -22,6 +22,7 @@ from gates.plan import (
     LARGE_SCALE,
     NEAR_TIE_STEPS,
     NOISE_ROWS,
+    NONFINITE,
     PROBES,
     Context,
     HarnessError,
@@ -57,6 +58,15 @@ def plant_near_ties(tensor: torch.Tensor, generator: torch.Generator) -> torch.T
     return flat.view(tensor.shape).to(tensor.device)
 
 
+def with_nonfinite(rows: torch.Tensor) -> torch.Tensor:
+    """A copy of these rows with inf, -inf and NaN as the first elements of every row."""
+    out = rows.clone()
+    flat = out.view(out.shape[0], -1)
+    n = min(len(NONFINITE), flat.shape[1])
+    flat[:, :n] = torch.tensor(NONFINITE[:n], dtype=out.dtype, device=out.device)
+    return out
+
+
 def near_tie_row(rows: dict[str, torch.Tensor], seed: int = 0) -> dict[str, torch.Tensor]:
     """The first of these batched rows with near-ties planted in every floating input that
     has a last axis of two or more (integer inputs, such as lengths or ids, unchanged)."""
@@ -80,8 +90,8 @@ class Batch:
 
 class RowPools:
     """Generated rows, by pool name: "probe" (also the source of every unbatched input; the
-    generated probes and the near-tie probe), "random", "zeros", "large" and, for ragged tasks,
-    "long", each as many rows as the plan uses; for ragged tasks, padding garbage too."""
+    generated probes and the near-tie probe), "random", "zeros", "large", "nonfinite" and, for
+    ragged tasks, "long", each as many rows as the plan uses; for ragged tasks, padding garbage too."""
 
     _cache: OrderedDict[tuple, RowPools] = OrderedDict()
     CACHED = 4
@@ -116,7 +126,7 @@ class RowPools:
         planted = near_tie_row(probes, seed)
         self.pools: dict[str, dict[str, torch.Tensor]] = {
             "probe": {k: torch.cat([v, planted[k]]) for k, v in probes.items()}}
-        n_random = max(rows.get(p, 0) for p in ("random", "zeros", "large"))
+        n_random = max(rows.get(p, 0) for p in ("random", "zeros", "large", "nonfinite"))
         if n_random:
             random_rows = self._batched(gen(n_random, seed + 1))
             if "random" in rows:
@@ -127,6 +137,9 @@ class RowPools:
             for pool, factor in (("zeros", 0.0), ("large", LARGE_SCALE)):
                 if pool in rows:
                     self.pools[pool] = scaled(rows[pool], factor)
+            if "nonfinite" in rows:
+                self.pools["nonfinite"] = {k: with_nonfinite(v[:rows["nonfinite"]]) if self._scaled(k, v)
+                                           else v[:rows["nonfinite"]] for k, v in random_rows.items()}
         self.noise: dict[str, torch.Tensor] = {}
         if self.ragged:
             longer = 2 * self.dims[padded_axis]

@@ -16,12 +16,13 @@ from typing import Literal
 
 from gates.contract import Arg, Task
 
-ContextKind = Literal["alone", "single", "repeat", "padding", "batch", "zeros", "large", "long", "permuted"]
+ContextKind = Literal["alone", "single", "repeat", "padding", "batch", "zeros", "large", "nonfinite", "long",
+                      "permuted"]
 """alone: a probe row by itself (the reference); single: a co-batched random row by itself (the
 reference for that row wherever it sits in a random batch); repeat: a call repeated with identical inputs;
 padding: a probe alone with extra padding along the padded axis; batch: probes among fresh
-random rows; zeros / large / long: probes among rows of zeros, of large magnitude, or of longer
-sequences; permuted: a batch with its rows reordered."""
+random rows; zeros / large / nonfinite / long: probes among rows of zeros, of large magnitude,
+holding inf, -inf and NaN, or of longer sequences; permuted: a batch with its rows reordered."""
 
 PROBES = 3
 """Generated probe rows."""
@@ -44,7 +45,14 @@ distinct rows meet their batch-1 selves, the likelier the change shows."""
 CPU_SINGLES = 4
 """The same in Triton's interpreter, where every call costs milliseconds per row."""
 LARGE_SCALE = 1000.0
-CPU_BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 17, 32, 33)
+NONFINITE = (float("inf"), float("-inf"), float("nan"))
+"""Planted at the start of every floating input of a "nonfinite" co-batched row: one request's
+overflow or NaN must not reach its neighbours' rows (a tile-wide max or sum, `0 * inf` in a mask,
+a batch-wide scale would let it)."""
+CPU_BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 64, 128, 256, 512)
+"""Small sizes, then the thresholds kernels switch at (64, 128, 256, 512): a kernel that changes
+strategy at `T >= 64` or `T > 256` is crossed. In the interpreter a row costs about 1 ms (rms_norm)
+to 10 ms (decode_attention, moe_topk_softmax), so these four batches add 1 to 10 s."""
 CUDA_BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512)
 
 
@@ -113,6 +121,9 @@ class Context:
             "batch": f"a batch of {b} with fresh random co-batched rows; {at}",
             "zeros": f"a batch of {b} whose other rows are all zeros; {at}",
             "large": f"a batch of {b} whose other rows are {LARGE_SCALE:g} times larger; {at}",
+            "nonfinite": f"a batch of {b} whose other rows hold inf, -inf and NaN (a request's overflow "
+                         f"must not reach its neighbours: mask with neutral values, keep statistics per "
+                         f"row); {at}",
             "long": f"a batch of {b} whose other sequences are longer, so the padded length grows; {at}",
             "permuted": f"the batch of {b} with its rows permuted; {at} (position "
                         f"{self.order[position] if self.order else '?'} before)",
@@ -139,6 +150,9 @@ def _probe_batch(kind: ContextKind, b: int, pool: str, rotation: int) -> Context
     return Context(kind, slots, probes)
 
 
+CONTENT_KINDS: tuple[ContextKind, ...] = ("zeros", "large", "nonfinite")
+
+
 def content_sizes(sizes: list[int], compact: bool = False) -> list[int]:
     """Batch sizes at which co-batched content varies: a small one with room for co-batched
     rows beside the three probes, and a middle one (`compact`: the next one up instead)."""
@@ -161,7 +175,8 @@ def plan_contexts(sizes: list[int], *, ragged: bool, repeat_each_size: bool = Fa
     and, if ragged, with extra padding; a batch of every size; zeros / large (/ long) co-batched
     content at the last `contents` of `content_sizes`; with `permute`, a permuted batch and
     `repeats` repeated calls of the largest batch of at most `permute_size` rows (default: the
-    largest). `compact` picks smaller content sizes."""
+    largest). `compact` picks smaller content sizes. Content: zeros, large and non-finite
+    co-batched rows (and longer sequences for a ragged task)."""
     plan = [Context("alone", [Slot("probe", p)], {0: p}) for p in range(PROBE_ROWS)]
     plan += [Context("single", [Slot("random", r)]) for r in range(singles)]
     if extras:
@@ -177,7 +192,7 @@ def plan_contexts(sizes: list[int], *, ragged: bool, repeat_each_size: bool = Fa
             plan.append(Context("repeat", plan[-1].slots, base=len(plan) - 1, order=list(range(b))))
     content = content_sizes(sizes, compact)[-contents:] if contents > 0 else []
     for i, b in enumerate(content):
-        for kind in ("zeros", "large", "long") if ragged else ("zeros", "large"):
+        for kind in CONTENT_KINDS + (("long",) if ragged else ()):
             plan.append(_probe_batch(kind, b, kind, i + 1))
     if largest_at is not None and permute:
         base = plan[largest_at]

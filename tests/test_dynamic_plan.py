@@ -1,0 +1,59 @@
+"""The CPU plan's reach (issue 13): batches at the sizes kernels switch strategy at, and co-batched
+rows holding inf, -inf and NaN whose neighbours must keep their bits. Plain torch callables stand
+in for candidates, so these run in milliseconds."""
+
+import math
+
+import torch
+
+from gates.batching import RowPools
+from gates.contract import get_task
+from gates.dynamic import dynamic_gate, gate_plan
+from gates.plan import CPU_BATCH_SIZES, batch_sizes
+from gates.reference import as_outputs, reference_fn
+
+RMS = get_task("rms_norm")
+LOGPROBS = get_task("token_logprobs")
+
+
+def test_cpu_plan_reaches_the_usual_thresholds():
+    sizes = batch_sizes(RMS, "cpu")
+    assert {64, 128, 256, 512} <= set(sizes) == set(CPU_BATCH_SIZES)
+    plan = gate_plan(RMS, "cpu", sizes)
+    assert {c.batch_size for c in plan if c.kind == "batch"} >= {64, 128, 256, 512}
+    ref = reference_fn(RMS)
+
+    def prefill_switch(x, weight, eps):  # another rounding from 256 rows up
+        out = as_outputs(ref(x, weight, eps))[0]
+        return (out * 1.0000001) if x.shape[0] >= 256 else out
+
+    cx = dynamic_gate(prefill_switch, RMS, "cpu").counterexample
+    assert cx is not None and cx.batch_size == 256 and cx.context.startswith("batch:")
+    assert "identical before in batches of 1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 64, 128" in cx.context
+
+
+def test_a_row_whose_inf_or_nan_reaches_its_neighbours_is_caught():
+    ref = reference_fn(RMS)
+
+    def contaminating(x, weight, eps):  # 0 * (a batch-wide sum): exact zero until a row is not finite
+        return as_outputs(ref(x, weight, eps))[0] + 0.0 * x.float().sum()
+
+    assert dynamic_gate(ref, RMS, "cpu").passed
+    cx = dynamic_gate(contaminating, RMS, "cpu").counterexample
+    assert cx is not None and cx.context.startswith("nonfinite:") and "inf, -inf and NaN" in cx.context
+
+
+def test_nonfinite_rows_hold_inf_and_nan_in_floating_inputs_only():
+    plan = gate_plan(LOGPROBS, "cpu", batch_sizes(LOGPROBS, "cpu"))
+    ctx = next(c for c in plan if c.kind == "nonfinite")
+    pools = RowPools(LOGPROBS, "cpu", "float32", plan)
+    logits, ids = pools.build(ctx).args
+    others = [p for p in range(ctx.batch_size) if p not in ctx.probes]
+    assert others
+    for p in others:
+        head = logits[p, :3].tolist()
+        assert head[0] == math.inf and head[1] == -math.inf and math.isnan(head[2])
+        assert torch.isfinite(logits[p, 3:]).all()
+    assert ids.dtype == torch.int64 and (ids >= 0).all()
+    for p in ctx.probes:
+        assert torch.isfinite(logits[p]).all()
