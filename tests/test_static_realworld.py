@@ -201,9 +201,32 @@ def test_generic_dim_helpers_and_literal_arguments_are_folded():
 
 
 def test_possible_hazards_are_warnings_and_proved_ones_errors():
-    vendor = "def rms_norm(x, weight, eps):\n    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)\n"
+    vendor = ("def rms_norm(x, weight, eps):\n"
+              "    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)\n")
     result = run(vendor)
     assert result.passed and [(f.rule, f.severity) for f in result.findings] == [("BI005", "warning")]
     assert "possible hazard" in result.findings[0].message
     beyond = vendor.replace("return x", "if x.shape[0] > 8192:\n        return x.float()\n    return x")
     assert errors(beyond) == {"BI004"}
+
+
+def test_kernels_and_helpers_imported_from_a_sibling_module_are_followed(tmp_path):
+    (tmp_path / "norm_kernels.py").write_text(HEADER + textwrap.dedent(CHUNKED) + textwrap.dedent('''
+    def launch_rms(x, weight, out, eps):
+        T, H = x.shape
+        _rms[(T,)](x, weight, out, H, eps, BLOCK=64 if T >= 64 else 256)
+    '''))
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(HEADER + textwrap.dedent('''
+    from .norm_kernels import launch_rms as _launch
+
+    def rms_norm(x, weight, eps):
+        out = torch.empty_like(x)
+        _launch(x, weight, out, eps)
+        return out
+    '''))
+    result = static_gate(candidate.read_text(), get_task("rms_norm"), str(candidate))
+    assert {f.rule for f in result.findings} == {"BI001"}
+    (tmp_path / "norm_kernels.py").write_text(
+        (tmp_path / "norm_kernels.py").read_text().replace("64 if T >= 64 else 256", "256"))
+    assert static_gate(candidate.read_text(), get_task("rms_norm"), str(candidate)).findings == []

@@ -4,6 +4,7 @@
 `@triton.jit` kernels (kernels.py, kernel_reader.py, configs.py), follows the batch size of the
 task's batched inputs through the host code into launches, grids, autotune keys and branches
 (taint.py, calls.py, expressions.py, control.py, tensors.py), and applies the rules (rules.py).
+Names imported from small sibling modules of the file are analysed with their source inlined.
 A file that does not parse, or lacks the entry function, gives a failed result with a BI000 error
 finding and `error` set; an entry the analysis cannot follow gives a BI000 warning. The gate never
 raises on candidate input.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import time
+from pathlib import Path
 
 from gates.contract import Task
 from gates.static.kernel_aliases import read_kernel_aliases
@@ -37,6 +39,38 @@ def _module_defs(tree: ast.Module) -> dict[str, ast.AST]:
         elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
             defs[stmt.target.id] = stmt.value
     return defs
+
+
+HELPER_BYTES = 200_000
+"""Sibling modules larger than this are not inlined (a small helper module, not a library)."""
+
+
+def with_helpers(tree: ast.Module, filename: str, depth: int = 0) -> ast.Module:
+    """The module with the top-level code of the sibling modules it imports names from
+    (`from .kernels import launch`, `from my_kernels import launch` beside the file) inlined in
+    place of the import, so their kernels and host functions are analysed as if written here."""
+    path = Path(filename)
+    if depth > 2 or not path.is_file():  # only beside a real file
+        return tree
+    body: list[ast.stmt] = []
+    for stmt in tree.body:
+        source = path.parent / f"{(stmt.module or '').replace('.', '/')}.py" \
+            if isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.level <= 1 else None
+        if source is None or not source.is_file() or source.resolve() == path.resolve() \
+                or source.stat().st_size > HELPER_BYTES:
+            body.append(stmt)
+            continue
+        try:
+            helper = ast.parse(source.read_text(), filename=str(source))
+        except (SyntaxError, UnicodeDecodeError, OSError):
+            body.append(stmt)
+            continue
+        body.extend(with_helpers(helper, str(source), depth + 1).body)
+        for alias in stmt.names:  # `from helper import launch as _launch`
+            if alias.asname and alias.asname != alias.name:
+                body.append(ast.Assign(targets=[ast.Name(alias.asname, ast.Store())],
+                                       value=ast.Name(alias.name, ast.Load()), lineno=stmt.lineno))
+    return ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
 
 
 def analyse(tree: ast.Module, task: Task) -> Analysis:
@@ -64,7 +98,7 @@ def static_gate(source: str, task: Task, filename: str = "candidate.py") -> Gate
         return _unusable(f"{filename} line {exc.lineno}: syntax error ({exc.msg})", exc.lineno,
                          "Fix the syntax so the file parses as Python.", start)
     try:
-        analysis = analyse(tree, task)
+        analysis = analyse(with_helpers(tree, filename), task)
     except RecursionError:
         return _unusable(f"{filename}: too deeply nested to analyse", None,
                          "Flatten the nesting of expressions and helper calls.", start)
