@@ -230,3 +230,15 @@ def test_kernels_and_helpers_imported_from_a_sibling_module_are_followed(tmp_pat
     (tmp_path / "norm_kernels.py").write_text(
         (tmp_path / "norm_kernels.py").read_text().replace("64 if T >= 64 else 256", "256"))
     assert static_gate(candidate.read_text(), get_task("rms_norm"), str(candidate)).findings == []
+
+
+def test_getattr_with_a_constant_name_is_an_attribute():
+    body = '''
+    def log_softmax(x):
+        if x.shape[0] > getattr(torch, "agentloop_threshold", 8192):
+            return getattr(F, "log_softmax")(x.float(), dim=-1)
+        return x - x.amax(-1, keepdim=True)
+    '''
+    found = run(body, "log_softmax").findings
+    assert {f.rule for f in found} == {"BI004", "BI005"}
+    assert any("8192" in f.message for f in found if f.rule == "BI004"), found

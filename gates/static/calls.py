@@ -111,6 +111,15 @@ class CallSemantics:
                 args, kwargs = self.arguments(node, env)
                 return self.paths(node, callee, kernels,
                                   lambda k: self.launch(k, node, args, kwargs, grid, env))
+        if isinstance(func, ast.Name) and func.id == "getattr" and func.id not in env \
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
+                and isinstance(node.args[1].value, str) and node.args[1].value.isidentifier():
+            # getattr(F, "log_softmax"), getattr(SETTINGS, "rows", 8192): the attribute itself.
+            attribute = ast.Attribute(node.args[0], node.args[1].value, ast.Load())
+            value = self.expr(ast.copy_location(attribute, node), env)
+            if value == CLEAN and len(node.args) > 2:
+                return self.expr(node.args[2], env)
+            return value
         args, kwargs = self.arguments(node, env)
         qualified = self.qualify(func, env)
         leaf = qualified.split(".")[-1] if qualified else getattr(func, "attr", "")
