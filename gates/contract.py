@@ -95,6 +95,11 @@ class Task(_Strict):
     bi: BISettings = BISettings()
     ragged: dict[str, str] | None = None
     """Padded axis -> name of the int argument holding each row's valid length."""
+    fp32_matmul: Literal["ieee", "tf32", "tf32x3"] = "ieee"
+    """The precision float32 products must have: "ieee" (the default) is checked against an IEEE
+    float32 reference at the float32 tolerance, so `tl.dot` on float32 inputs needs
+    `input_precision="ieee"` (or "tf32x3"); "tf32" lets kernels use TF32 tensor cores (Triton's
+    default for float32 `tl.dot`, errors around 1e-3), a task-level choice the prompt states."""
 
     path: Path | None = Field(default=None, exclude=True)
 
