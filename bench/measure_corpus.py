@@ -709,7 +709,7 @@ def select(args: argparse.Namespace) -> list[tuple[Task, object]]:
             print(f"skip {name}: no {manifest_path(task).relative_to(task.tasks_dir)} yet", flush=True)
             continue
         for entry in load_manifest(task).candidates:
-            if args.match and args.match not in entry.file:
+            if args.match and not any(m in entry.file for m in args.match.split(",")):
                 continue
             jobs.append((task, entry))
     return jobs
@@ -752,7 +752,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=["cuda", "cpu"], required=True)
     ap.add_argument("--tasks", help="comma-separated task names (default: all)")
-    ap.add_argument("--match", help="only candidate files whose name contains this")
+    ap.add_argument("--match", help="only candidate files whose name contains this (or, comma-separated, "
+                                    "any of these)")
     ap.add_argument("--jobs", type=int, default=None,
                     help="parallel children (default 4 on cuda, cores on cpu)")
     ap.add_argument("--write", action="store_true", help="record labels in the manifests and docs/corpus.md")
