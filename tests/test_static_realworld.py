@@ -242,3 +242,47 @@ def test_getattr_with_a_constant_name_is_an_attribute():
     found = run(body, "log_softmax").findings
     assert {f.rule for f in found} == {"BI004", "BI005"}
     assert any("8192" in f.message for f in found if f.rule == "BI004"), found
+
+
+def test_twin_kernels_that_differ_only_in_indexing_are_one_code_path():
+    kernel = '''
+    @triton.jit
+    def _silu_{name}(x_ptr, out_ptr, T, I, BLOCK: tl.constexpr):
+        row = tl.program_id(0){widen}
+        cols = tl.arange(0, BLOCK)
+        mask = cols < I
+        gate = tl.load(x_ptr + row * 2 * I + cols, mask=mask, other=0.0).to(tl.float32)
+        up = tl.load(x_ptr + row * 2 * I + I + cols, mask=mask, other=0.0).to(tl.float32)
+        y = gate * tl.sigmoid(gate) * up{extra}
+        tl.store(out_ptr + row * I + cols, y, mask=mask)
+    '''
+    host = '''
+    def silu_and_mul(x):
+        T, I2 = x.shape
+        out = torch.empty((T, I2 // 2), device=x.device, dtype=x.dtype)
+        if x.numel() >= 2**31:
+            _silu_i64[(T,)](x, out, T, I2 // 2, BLOCK=triton.next_power_of_2(I2 // 2))
+        else:
+            _silu_i32[(T,)](x, out, T, I2 // 2, BLOCK=triton.next_power_of_2(I2 // 2))
+        return out
+    '''
+    twins = (kernel.format(name="i64", widen=".to(tl.int64)", extra="")
+             + kernel.format(name="i32", widen="", extra="") + host)
+    assert errors(twins, "silu_and_mul") == set()
+    different = (kernel.format(name="i64", widen=".to(tl.int64)", extra=" * 1.0")
+                 + kernel.format(name="i32", widen="", extra="") + host)
+    assert errors(different, "silu_and_mul") == {"BI004"}
+
+
+def test_twin_kernels_launched_with_different_reduction_blocks_are_caught():
+    twins = "".join(CHUNKED.replace("_rms", name) for name in ("_rms_small", "_rms_large")) + '''
+    def rms_norm(x, weight, eps):
+        T, H = x.shape
+        out = torch.empty_like(x)
+        if T < 64:
+            _rms_small[(T,)](x, weight, out, H, eps, BLOCK=4096)
+        else:
+            _rms_large[(T,)](x, weight, out, H, eps, BLOCK=512)
+        return out
+    '''
+    assert errors(twins) == {"BI001"}

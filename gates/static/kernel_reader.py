@@ -415,5 +415,6 @@ def read_kernel(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef],
     env = {p: KV(deps=frozenset({p}), ptr=p in pointers, integer=p not in pointers) for p in params}
     reader = KernelReader(info, jit_functions, module_consts)
     reader._updates = loops
+    info.arithmetic = arithmetic(data_part(fn.body, env))
     reader.block(fn.body, env)
     return info

@@ -63,6 +63,9 @@ class KernelInfo:
     atomics: list[Atomic] = field(default_factory=list)
     autotune: Autotune | None = None
     heuristics: list[Heuristic] = field(default_factory=list)
+    arithmetic: str = ""
+    """The body's computation on data with masks, addresses and offsets left out: two kernels
+    with the same text differ only in how they index (int32/int64 offsets, masked or not)."""
 
     def uses_of(self, name: str) -> list[ReductionUse]:
         return [u for u in self.uses if name in u.deps]

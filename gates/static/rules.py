@@ -114,7 +114,7 @@ def reduction_from_batch(a: Analysis):
                                     f"{flat_batch(launch.grid[axis]).describe()}: the split count changes "
                                     f"with the batch")
     for d in a.host.dispatches:
-        if len({_path_names(p) for p in d.paths}) != 1:
+        if len({_path_work(a, p) for p in d.paths}) != 1:
             continue  # BI004 reports it
         for kernel, param in _differing_reduction_args(a, d.paths):
             yield d.line, (f"the branch `{d.test}` (line {d.line}) depends on the batch size and launches "
@@ -125,9 +125,10 @@ def _differing_reduction_args(a: Analysis, paths: list[list]) -> Iterator[tuple[
     launches: dict[str, list[Launch]] = {}
     for path in paths:
         for effect in path:
-            if isinstance(effect, Launch):
-                launches.setdefault(effect.kernel, []).append(effect)
-    for kernel, group in launches.items():
+            if isinstance(effect, Launch):  # twins (same arithmetic, other indexing) together
+                launches.setdefault(a.kernels[effect.kernel].arithmetic or effect.kernel, []).append(effect)
+    for group in launches.values():
+        kernel = group[0].kernel
         k = a.kernels[kernel]
         relevant = sorted(_relevant_params(k)) + (["num_warps"] if k.block_sum_line else [])
         for param in relevant:
@@ -223,6 +224,12 @@ def _path_names(path: list) -> frozenset[str]:
     return frozenset(f"kernel `{e.kernel}`" if isinstance(e, Launch) else f"`{e}`" for e in path)
 
 
+def _path_work(a: Analysis, path: list) -> frozenset[str]:
+    """What a path computes: kernels by their arithmetic (an int64-offset or unmasked twin of a
+    kernel computes the same values), torch ops by name."""
+    return frozenset(a.kernels[e.kernel].arithmetic or e.kernel if isinstance(e, Launch) else e for e in path)
+
+
 def _describe(names: frozenset[str]) -> str:
     return ", ".join(sorted(names)) if names else "no kernel or torch op"
 
@@ -241,7 +248,7 @@ def dispatch_on_batch(a: Analysis):
                                 f"at different batch sizes")
     for d in a.host.dispatches:
         names = [_path_names(p) for p in d.paths]
-        if len(set(names)) > 1:
+        if len(set(names)) > 1 and len({_path_work(a, p) for p in d.paths}) > 1:
             shown = " vs ".join(_describe(n) for n in names[:3])
             yield d.line, (f"the branch `{d.test}` depends on the batch size via {d.origin.describe()} and "
                            f"runs different code on each path ({shown}), so a row's result depends on the "
