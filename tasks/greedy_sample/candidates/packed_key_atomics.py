@@ -31,14 +31,14 @@ def _split_argmax_kernel(logits_ptr, keys_ptr, tickets_ptr, out_ptr, stride_row,
     first = tl.min(tl.where(best == top, where, V), axis=0)
     # Pack (value, inverted index) into one int64: the integer max keeps the largest value and,
     # among equal values, the lowest index, whatever order the programs arrive in.
-    packed = (top.to(tl.int64) << 32) | (0xFFFFFFFF - first).to(tl.int64)
+    packed = (top.to(tl.int64) << 32) | (2147483647 - first).to(tl.int64)
     tl.atomic_max(keys_ptr + row, packed)
     # The last program of a row to arrive publishes the winner.
     ticket = tl.atomic_add(tickets_ptr + row, 1)
     if ticket == SPLIT - 1:
         final = tl.atomic_xchg(keys_ptr + row, packed)
         final = tl.maximum(final, packed)
-        tl.store(out_ptr + row, 0xFFFFFFFF - (final & 0xFFFFFFFF))
+        tl.store(out_ptr + row, 2147483647 - (final & 2147483647))
 
 
 def _num_sms(device: torch.device) -> int:
