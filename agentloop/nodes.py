@@ -10,7 +10,6 @@ audits its batch invariance and writes the loop's result.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -21,6 +20,7 @@ from agentloop.evaluation import BI_STAGES, STAGES, Stage, code_hash
 from agentloop.extract import extract_code
 from agentloop.records import record_candidate
 from agentloop.state import Candidate, LoopState
+from agentloop.store import kernel_file
 from agentloop.styles import Proposing
 from gates.feedback import render_gate
 
@@ -174,9 +174,9 @@ def finish(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, Any]:
         # Both modes are scored alike: the dynamic gate on the final kernel, enforced or not
         # during the loop (the cache answers when the loop already ran it).
         bi_pass = ctx.evaluator.stage(final.code, ctx.task, "dynamic").passed
-        folder = ctx.run_dir / "kernels" / re.sub(r"[^A-Za-z0-9_.-]+", "_", ctx.cell.id.replace("/", "--"))
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{ctx.task.name}.py").write_text(final.code)
+        path = ctx.run_dir / kernel_file(ctx.cell.id, ctx.task.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(final.code)
     wall_s = state.wall_s + time.perf_counter() - start
     ctx.store.finish_task(
         cell=ctx.cell.id, task=ctx.task.name, style=ctx.cell.style, mode=ctx.cell.mode,

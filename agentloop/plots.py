@@ -28,10 +28,11 @@ def eligible(c: dict[str, Any]) -> bool:
 
 
 def best_speedup_curves(candidates: list[dict[str, Any]],
-                        task_results: list[dict[str, Any]]) -> dict[Cell, list[float]]:
-    """Per cell, the best speedup so far after each candidate number: the geomean over the cell's
-    finished tasks of the fastest eligible candidate up to that number (1.0, the reference, while
-    a task has none). Its last point is the cell's `geomean_speedup` in `summary.json`."""
+                        task_results: list[dict[str, Any]]) -> dict[Cell, list[float | None]]:
+    """Per cell, the best speedup so far after each candidate number: the geomean, over the cell's
+    tasks that have an eligible candidate by then, of the fastest one up to that number (None
+    while no task has one; a task without a kernel is left out, not counted as the reference's
+    1.0x). Its last point is the cell's `geomean_speedup` in `summary.json`."""
     by_loop: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for c in candidates:
         by_loop.setdefault((c["cell"], c["task"]), []).append(c)
@@ -45,40 +46,46 @@ def best_speedup_curves(candidates: list[dict[str, Any]],
     for key, tasks in cells.items():
         loops = [by_loop.get((cell_ids[key], t), []) for t in tasks]
         length = max([c["iteration"] for loop in loops for c in loop] + [1])
-        logs = [0.0] * length
+        logs: list[list[float]] = [[] for _ in range(length)]
         for loop in loops:
             best = None
             for i in range(length):
                 found = [c["speedup"] for c in loop if c["iteration"] == i + 1 and eligible(c)]
                 best = max([*found, *([best] if best is not None else [])], default=None)
-                logs[i] += math.log(best if best is not None else 1.0)
-        curves[key] = [math.exp(v / len(loops)) for v in logs]
+                if best is not None:
+                    logs[i].append(math.log(best))
+        curves[key] = [math.exp(sum(v) / len(v)) if v else None for v in logs]
     return curves
 
 
-def plot_best_speedup(curves: dict[str, list[float]], path: Path) -> Path:
-    """One line per cell label ("style / mode ..."): colour by style, dashes for baseline."""
+def plot_best_speedup(curves: dict[str, list[float | None]], path: Path, note: str = "") -> Path:
+    """One line per cell label ("style / mode ..."): colour by style; baseline dashed with square
+    hollow markers, bi-aware solid with round filled ones, and the legend says which is which."""
     fig = Figure(figsize=(8, 4.5), dpi=110, layout="constrained")
     ax = fig.subplots()
     styles = list(dict.fromkeys(label.split(" / ")[0] for label in curves))
     for label, ys in curves.items():
         parts = label.split(" / ")
-        ax.plot(range(1, len(ys) + 1), ys, label=label, marker="o", markersize=4, linewidth=2,
-                color=STYLE_COLOURS[styles.index(parts[0]) % len(STYLE_COLOURS)],
-                linestyle=MODE_LINES.get(parts[1] if len(parts) > 1 else "", "-"))
+        mode = parts[1] if len(parts) > 1 else ""
+        colour = STYLE_COLOURS[styles.index(parts[0]) % len(STYLE_COLOURS)]
+        ax.plot(range(1, len(ys) + 1), [y if y is not None else math.nan for y in ys],
+                label=f"{label} ({'dashed' if mode == 'baseline' else 'solid'})",
+                marker="s" if mode == "baseline" else "o", markersize=5, linewidth=2, color=colour,
+                markerfacecolor="white" if mode == "baseline" else colour,
+                linestyle=MODE_LINES.get(mode, "-"))
     ax.axhline(1.0, color="#888888", linewidth=1, linestyle=":", label="reference (1.0×)")
-    values = [1.0, *(y for ys in curves.values() for y in ys)]
+    values = [1.0, *(y for ys in curves.values() for y in ys if y is not None)]
     if max(values) / min(values) > 5:  # e.g. interpreter runs at ~0.01x beside the 1.0 line
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(lambda v, _: f"{v:g}×")
     ax.set_xlabel("candidate number in the loop")
-    ax.set_ylabel("best speedup so far (geomean over tasks)")
-    ax.set_title("Best speedup against iteration (a task with no correct kernel yet counts 1.0×)",
-                 fontsize=10)
+    ax.set_ylabel("best speedup so far (geomean)")
+    ax.set_title("Best speedup against iteration, geomean over the tasks with a kernel so far"
+                 + (f"\n{note}" if note else ""), fontsize=10)
     length = max((len(ys) for ys in curves.values()), default=1)
     ax.set_xticks(range(1, length + 1))
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="best", title="style / mode", title_fontsize=8)
     fig.savefig(path)
     return path
 

@@ -8,11 +8,17 @@ How the figures are scored:
 - `bi_pass`: tasks whose final kernel passed the independent dynamic audit at the end of the
   loop, whatever the mode; a task without a final kernel does not pass, so
   `bi_pass_rate = bi_pass / tasks`;
-- `geomean_speedup`: geometric mean over the cell's tasks of the final kernel's speedup over the
-  reference, where a task without a correct final kernel counts as 1.0 (the user keeps the
-  reference), so a cell is not flattered by the tasks it failed;
-- `retention[style]`: geomean speedup of the bi-aware cell over the baseline cell of that style
-  (only for styles run in both modes; keyed "style/provider" when a run used several providers).
+- `failed`: tasks without a correct final kernel, counted apart from the speedups;
+- `geomean_speedup`: geometric mean of the final kernel's speedup over the reference, over the
+  cell's *correct* tasks only (null when it has none): a failed task is not a 1.0x success, which
+  on a CPU (interpreter kernels at ~0.01x) would make a cell that failed everything look best;
+- `retention[style]`: geomean, over the tasks correct in *both* the baseline and the bi-aware cell
+  of that style, of bi-aware speedup over baseline speedup (only for styles run in both modes;
+  keyed "style/provider" when a run used several providers); the reports list those tasks and
+  the two geomeans on them.
+
+Speedups measured on a CPU compare Triton's interpreter with native torch: the reports say so,
+and say they are not a measure of kernel speed.
 """
 
 from __future__ import annotations
@@ -27,14 +33,15 @@ from typing import Any
 
 import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agentloop.plots import PLOT_FILES, best_speedup_curves, plot_best_speedup, plot_bi_pass_rate
-from agentloop.store import Store
+from agentloop.store import Store, kernel_file
 
 RESULTS = "results.sqlite"
 MODES = ("baseline", "bi-aware")
 GATE_ORDER = ("extract", "compile", "static", "dynamic", "correctness", "benchmark")
+INTERPRETED_NOTE_SHORT = "CPU run: Triton's interpreter against native torch; not a measure of kernel speed"
 
 
 class ReportError(ValueError):
@@ -42,7 +49,7 @@ class ReportError(ValueError):
 
 
 class CellSummary(BaseModel):
-    """One cell of `summary.json`: exactly the keys of SPEC.md §3."""
+    """One cell of `summary.json`: exactly the keys of SPEC.md §3 (`failed` is for the reports)."""
 
     style: str
     mode: str
@@ -51,10 +58,22 @@ class CellSummary(BaseModel):
     correct: int
     bi_pass: int
     bi_pass_rate: float
-    geomean_speedup: float
+    geomean_speedup: float | None
+    """Over the cell's correct tasks; None when it has none."""
     llm_calls: int
     input_tokens: int
     output_tokens: int
+    failed: int = Field(default=0, exclude=True)
+    """Tasks without a correct final kernel (in the reports; summary.json has the spec's keys)."""
+
+
+class Comparison(BaseModel):
+    """Baseline against bi-aware for one style, over the tasks correct in both cells."""
+
+    tasks: list[str]
+    baseline_geomean: float | None
+    bi_aware_geomean: float | None
+    retention: float | None
 
 
 class Summary(BaseModel):
@@ -63,6 +82,8 @@ class Summary(BaseModel):
     campaign: str
     cells: list[CellSummary]
     retention: dict[str, float]
+    comparison: dict[str, Comparison] = Field(default_factory=dict, exclude=True)
+    """Per style, the tasks correct in both modes and the geomeans on them (in the reports)."""
 
 
 def geomean(values: list[float]) -> float:
@@ -75,10 +96,10 @@ def significant(value: float, digits: int = 5) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def task_speedup(row: dict[str, Any]) -> float:
-    """The speedup a task contributes to its cell: the final kernel's, or 1.0 without one."""
+def task_speedup(row: dict[str, Any]) -> float | None:
+    """The final kernel's speedup, or None for a task without a correct, timed one."""
     speedup = row.get("speedup")
-    return float(speedup) if row["correct"] and speedup and speedup > 0 else 1.0
+    return float(speedup) if row["correct"] and speedup and speedup > 0 else None
 
 
 class RunData(BaseModel):
@@ -89,6 +110,13 @@ class RunData(BaseModel):
     task_results: list[dict[str, Any]]
     candidates: list[dict[str, Any]]
     gate_results: list[dict[str, Any]]
+    benchmarks: dict[str, list[dict[str, Any]]] = {}
+    """Per-shape timings (median and quartiles) of each benchmarked kernel, by code hash and task
+    ("hash|task"), from the evaluation cache."""
+    provenance: list[dict[str, Any]] = []
+    """One entry per `agentloop run` on the directory (provenance.jsonl)."""
+    kernels: set[str] = set()
+    """Final kernel files present in the directory, relative to it."""
 
     def cell_keys(self) -> list[tuple[str, str, str]]:
         """(style, mode, provider) of every cell, in the campaign's order of styles and modes."""
@@ -126,6 +154,7 @@ def load_run(run_dir: Path, campaign_name: str | None = None) -> RunData:
             tasks = store.task_results()
             candidates = store.candidates()
             gates = store.query("SELECT * FROM gate_results ORDER BY candidate_id")
+            cached = store.query("SELECT hash, task, result FROM evaluations")
         finally:
             store.close()
     except sqlite3.DatabaseError as exc:
@@ -135,31 +164,55 @@ def load_run(run_dir: Path, campaign_name: str | None = None) -> RunData:
     for g in gates:
         g["findings"] = json.loads(g["findings"] or "[]")
         g["counterexample"] = json.loads(g["counterexample"]) if g["counterexample"] else None
+    benchmarks = {}
+    for row in cached:
+        bench = (json.loads(row["result"]).get("benchmark") or {}).get("benchmark") or {}
+        if bench.get("shapes"):
+            benchmarks[f"{row['hash']}|{row['task']}"] = bench["shapes"]
+    provenance = []
+    if (run_dir / "provenance.jsonl").is_file():
+        for line in (run_dir / "provenance.jsonl").read_text().splitlines():
+            try:
+                provenance.append(json.loads(line))
+            except ValueError:
+                continue
+    kernels = {str(p.relative_to(run_dir)) for p in run_dir.glob("kernels/*/*.py")}
     return RunData(name=name, campaign=campaign, task_results=tasks, candidates=candidates,
-                   gate_results=gates)
+                   gate_results=gates, benchmarks=benchmarks, provenance=provenance, kernels=kernels)
 
 
 def summarize(run: RunData) -> Summary:
     """The figures of `summary.json`."""
-    cells, exact = [], {}
+    cells, speedups = [], {}
     for key in run.cell_keys():
         rows = [r for r in run.task_results if (r["style"], r["mode"], r["provider"]) == key]
-        # Retention uses the unrounded geomeans: off-GPU speedups are ~0.01x, where rounding shows.
-        exact[key] = geomean([task_speedup(r) for r in rows])
+        speedups[key] = {r["task"]: v for r in rows if (v := task_speedup(r)) is not None}
         bi_pass = sum(bool(r["bi_pass"]) for r in rows)
+        correct = sum(bool(r["correct"]) for r in rows)
+        geo = geomean(list(speedups[key].values())) if speedups[key] else None
         cells.append(CellSummary(
-            style=key[0], mode=key[1], provider=key[2], tasks=len(rows),
-            correct=sum(bool(r["correct"]) for r in rows), bi_pass=bi_pass,
-            bi_pass_rate=round(bi_pass / len(rows), 4), geomean_speedup=significant(exact[key]),
+            style=key[0], mode=key[1], provider=key[2], tasks=len(rows), correct=correct,
+            failed=len(rows) - correct, bi_pass=bi_pass, bi_pass_rate=round(bi_pass / len(rows), 4),
+            geomean_speedup=significant(geo) if geo is not None else None,
             llm_calls=sum(r["llm_calls"] for r in rows), input_tokens=sum(r["input_tokens"] for r in rows),
             output_tokens=sum(r["output_tokens"] for r in rows)))
     providers = {c.provider for c in cells}
-    retention = {}
+    retention, comparison = {}, {}
     for style, provider in dict.fromkeys((c.style, c.provider) for c in cells):
-        base, aware = exact.get((style, "baseline", provider)), exact.get((style, "bi-aware", provider))
-        if base and aware:
-            retention[style if len(providers) == 1 else f"{style}/{provider}"] = significant(aware / base)
-    return Summary(campaign=run.name, cells=cells, retention=retention)
+        base, aware = speedups.get((style, "baseline", provider)), speedups.get((style, "bi-aware", provider))
+        if base is None or aware is None:
+            continue
+        name = style if len(providers) == 1 else f"{style}/{provider}"
+        common = [t for t in run.task_names() if t in base and t in aware]
+        # Unrounded ratios: off-GPU speedups are ~0.01x, where rounding shows.
+        ratio = geomean([aware[t] / base[t] for t in common]) if common else None
+        geo_base, geo_aware = (significant(geomean([v[t] for t in common])) if common else None
+                               for v in (base, aware))
+        comparison[name] = Comparison(tasks=common, baseline_geomean=geo_base, bi_aware_geomean=geo_aware,
+                                      retention=significant(ratio) if ratio is not None else None)
+        if ratio is not None:
+            retention[name] = significant(ratio)
+    return Summary(campaign=run.name, cells=cells, retention=retention, comparison=comparison)
 
 
 def failure_reason(gate: dict[str, Any]) -> tuple[str, str]:
@@ -222,7 +275,7 @@ def shorten(text: str, limit: int = 140) -> str:
 
 
 def fmt_speedup(value: float | None) -> str:
-    if value is None:
+    if value is None or value <= 0:
         return "-"
     # Off-GPU (Triton's interpreter) speedups are ~0.01x: keep three significant digits there.
     return f"{value:.2f}×" if value >= 0.1 else f"{value:.3g}×"
@@ -232,8 +285,50 @@ def cell_label(style: str, mode: str, provider: str, providers: int) -> str:
     return f"{style} / {mode}" + (f" / {provider}" if providers > 1 else "")
 
 
+def bi_failure(run: RunData, candidate_id: int) -> str:
+    """Why a final kernel failed the BI audit: the dynamic gate's counterexample (which output,
+    row, batch) or its error, else the static gate's first error finding."""
+    gates = {g["gate"]: g for g in run.gate_results if g["candidate_id"] == candidate_id}
+    dynamic, static = gates.get("dynamic"), gates.get("static")
+    if dynamic and not dynamic["passed"]:
+        ce = dynamic["counterexample"]
+        if ce:
+            return (f"dynamic: output {ce.get('output')} row {ce.get('row')} differs bitwise in a batch of "
+                    f"{ce.get('batch_size')} (position {ce.get('position')}) against a batch of "
+                    f"{ce.get('reference_batch_size')}; max abs diff {ce.get('max_abs_diff')}, "
+                    f"{ce.get('mismatched_elements')} elements"
+                    + (f"; {ce['context']}" if ce.get("context") else ""))
+        rule, example = failure_reason(dynamic)
+        return f"dynamic: {rule}: {example}" if example else f"dynamic: {rule}"
+    if static and not static["passed"]:
+        rule, example = failure_reason(static)
+        return f"static {rule}: {example}"
+    return "the closing dynamic audit failed"
+
+
+def fmt_us(timing: dict[str, Any] | None) -> str:
+    """A timing's median and interquartile range in microseconds."""
+    if not timing or not timing.get("n") or timing.get("median_ms", -1) < 0:
+        return "-"
+    us = lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+    return f"{us(timing['median_ms'] * 1000)} µs (IQR {us((timing['q75_ms'] - timing['q25_ms']) * 1000)})"
+
+
+def shape_times(run: RunData, final: dict[str, Any]) -> list[dict[str, str]]:
+    """Per-shape times of a final kernel: candidate and reference median (IQR) and speedup."""
+    rows = []
+    for s in run.benchmarks.get(f"{final['hash']}|{final['task']}", []):
+        dims = " ".join(f"{k}={v}" for k, v in (s.get("dims") or {}).items())
+        speedup = s.get("speedup")
+        rows.append({"shape": dims, "candidate": fmt_us(s.get("candidate")),
+                     "reference": fmt_us(s.get("reference")),
+                     "speedup": fmt_speedup(speedup if speedup and speedup > 0 else None)})
+    return rows
+
+
 def per_task(run: RunData) -> list[dict[str, Any]]:
-    """One table per task: how each cell did on it."""
+    """One table per task: how each cell did on it, its final kernel (file, why BI failed,
+    per-shape times)."""
     by_id = {c["id"]: c for c in run.candidates}
     tried = Counter((c["cell"], c["task"]) for c in run.candidates)
     accepted = Counter((c["cell"], c["task"]) for c in run.candidates if c["status"] == "accepted")
@@ -247,40 +342,63 @@ def per_task(run: RunData) -> list[dict[str, Any]]:
             if r is None:
                 continue
             final = by_id.get(r["final_candidate"]) if r["final_candidate"] is not None else None
+            path = kernel_file(r["cell"], task) if final else None
             rows.append({
                 "cell": cell_label(*key, providers), "mode": key[1], "correct": bool(r["correct"]),
                 "bi_pass": bool(r["bi_pass"]),
                 "speedup": fmt_speedup(r["speedup"] if r["correct"] else None),
                 "final": f"#{final['iteration']}" if final else "-",
+                "kernel": path if path in run.kernels else None,
+                "bi_why": bi_failure(run, final["id"]) if final and not r["bi_pass"] else "",
+                "shapes": shape_times(run, final) if final else [],
                 "candidates": tried[r["cell"], task], "accepted": accepted[r["cell"], task],
                 "llm_calls": r["llm_calls"], "wall_s": f"{r['wall_s']:.1f}"})
         tables.append({"task": task, "rows": rows})
     return tables
 
 
+def provenance_lines(run: RunData) -> list[str]:
+    """One line per `agentloop run` on the directory: date, duration, code, versions, device."""
+    lines = []
+    for p in run.provenance:
+        lines.append(f"{p.get('started', '?')}, {p.get('seconds', 0):.0f} s ({p.get('ended', '?')}): "
+                     f"agentloop {p.get('agentloop', '-')} at {p.get('commit', '-')}, "
+                     f"torch {p.get('torch', '-')}, "
+                     f"triton {p.get('triton', '-')}, Python {p.get('python', '-')}; {p.get('device', '-')} "
+                     f"({p.get('device_name', '-')}) on {p.get('host', '-')}")
+    return lines
+
+
+def interpreted(run: RunData) -> bool:
+    """Whether the kernels were timed on a CPU, through Triton's interpreter."""
+    devices = {p.get("device") for p in run.provenance} | {run.campaign.get("device")}
+    return "cpu" in devices
+
+
 def report_context(run: RunData, summary: Summary, plots: dict[str, Path]) -> dict[str, Any]:
     """What both report templates render."""
     providers = len({c.provider for c in summary.cells})
-    cells = [{**c.model_dump(), "label": cell_label(c.style, c.mode, c.provider, providers),
+    cells = [{**c.model_dump(), "failed": c.failed,
+              "label": cell_label(c.style, c.mode, c.provider, providers),
               "speedup": fmt_speedup(c.geomean_speedup),
               "correct_rate": f"{c.correct}/{c.tasks} ({c.correct / c.tasks:.0%})",
               "bi_rate": f"{c.bi_pass}/{c.tasks} ({c.bi_pass_rate:.0%})",
               "tokens": c.input_tokens + c.output_tokens} for c in summary.cells]
-    geo = {(c.style, c.mode, c.provider): c.geomean_speedup for c in summary.cells}
-    retention = []
-    for key, value in summary.retention.items():
-        style, _, provider = key.partition("/")
-        provider = provider or summary.cells[0].provider
-        retention.append({"style": key, "baseline": fmt_speedup(geo[style, "baseline", provider]),
-                          "bi_aware": fmt_speedup(geo[style, "bi-aware", provider]),
-                          "retention": f"{value:.2f}"})
+    retention = [{"style": key, "tasks": len(comp.tasks), "task_names": ", ".join(comp.tasks),
+                  "baseline": fmt_speedup(comp.baseline_geomean),
+                  "bi_aware": fmt_speedup(comp.bi_aware_geomean),
+                  "retention": f"{comp.retention:.2f}" if comp.retention is not None else "-"}
+                 for key, comp in summary.comparison.items()]
     rejected, observed = rejections(run)
     c = run.campaign
     setup = {k: c[k] for k in ("model", "device", "seed") if c.get(k) is not None}
     if isinstance(c.get("budget"), dict):
         setup["budget"] = ", ".join(f"{k} {v}" for k, v in c["budget"].items() if v is not None)
+    seconds = sum(p.get("seconds", 0) for p in run.provenance)
     return {"name": run.name, "setup": setup, "cells": cells, "retention": retention,
             "tasks": run.task_names(), "candidates": len(run.candidates),
+            "interpreted": interpreted(run), "provenance": provenance_lines(run),
+            "duration": f"{seconds:.0f} s over {len(run.provenance)} run(s)" if run.provenance else "",
             "per_task": per_task(run), "rejected": rejected, "observed": observed, "modes": MODES,
             "plots": [{"file": p.name, "title": title, "data_uri": "data:image/png;base64,"
                        + base64.b64encode(p.read_bytes()).decode()} for title, p in plots.items()]}
@@ -307,7 +425,8 @@ def write_reports(run_dir: Path, campaign_name: str | None = None) -> dict:
     plots = {
         "Best speedup so far, per style and mode": plot_best_speedup(
             {cell_label(*k, providers): curves[k] for k in run.cell_keys()},
-            run_dir / PLOT_FILES["best_speedup"]),
+            run_dir / PLOT_FILES["best_speedup"],
+            note=INTERPRETED_NOTE_SHORT if interpreted(run) else ""),
         "BI pass rate of the final kernels, per cell": plot_bi_pass_rate(
             [(cell_label(c.style, c.mode, c.provider, providers), c.mode, c.bi_pass, c.tasks)
              for c in summary.cells], run_dir / PLOT_FILES["bi_pass_rate"]),

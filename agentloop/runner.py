@@ -57,6 +57,8 @@ from gates.contract import Task, get_task
 
 RESULTS = "results.sqlite"
 CHECKPOINTS = "checkpoints.sqlite"
+PROVENANCE = "provenance.jsonl"
+"""One line per `agentloop run` on the directory: when, how long, which code, versions, device."""
 RECURSION_LIMIT = 100_000
 """Graph steps one loop may take; the budget, not this, is what ends a loop."""
 
@@ -230,6 +232,56 @@ def make_providers(campaign: Campaign) -> dict[str, Provider]:
     return providers
 
 
+def provenance(campaign: Campaign, started: float, seconds: float, ended: str) -> dict[str, Any]:
+    """Where and with what a run (one invocation) ran; every value a string or a number."""
+    import platform
+    import subprocess
+    from datetime import datetime, timezone
+    from importlib.metadata import PackageNotFoundError, version
+
+    def dist(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "-"
+
+    try:
+        commit = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"],
+                                cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or "-"
+    except (OSError, subprocess.SubprocessError):
+        commit = "-"
+    if campaign.device == "cuda":
+        import torch
+
+        device_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-"
+    else:
+        names = [line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")]
+        device_name = names[0] if names else platform.processor() or platform.machine()
+    return {"started": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+            "seconds": round(seconds, 1), "ended": ended, "commit": commit, "agentloop": dist("agentloop"),
+            "torch": dist("torch"), "triton": dist("triton"), "python": platform.python_version(),
+            "host": platform.node(), "device": campaign.device, "device_name": device_name}
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def record_provenance(out: Path, campaign: Campaign, started: float, seconds: float, ended: str) -> None:
+    """Append this invocation's provenance line to `DIR/provenance.jsonl`."""
+    import json
+
+    try:
+        with (out / PROVENANCE).open("a") as f:
+            f.write(json.dumps(provenance(campaign, started, seconds, ended)) + "\n")
+    except OSError:
+        pass  # provenance is for the report; a read-only directory must not fail the run
+
+
 def campaign_dump(campaign: Campaign) -> dict[str, Any]:
     """A campaign as `DIR/campaign.yaml` holds it."""
     return campaign.model_dump(mode="json", by_alias=True)
@@ -343,6 +395,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
     `handle_signals`: SIGINT/SIGTERM stop the run (RunStopped). `until_idle`: stop (RunStopped,
     reason "idle") once every loop that could run waits for an `exchange:` answer."""
     started = time.perf_counter()
+    wall_start = time.time()
     out = Path(out)
     tasks = {name: get_task(name) for name in campaign.task_names()}
     providers = make_providers(campaign)  # a missing key fails here, before anything runs
@@ -374,10 +427,13 @@ def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
         unfinished = {thread_id(cell, task) for cell, task in loops if not store.finished(cell.id, task)}
         kept = Kept(run_dir=out, loops=len(loops), finished=finished, checkpointed=len(threads & unfinished),
                     candidates=store.query("SELECT COUNT(*) AS n FROM candidates")[0]["n"], waiting=waits)
+        seconds = time.perf_counter() - started
+        record_provenance(out, campaign, wall_start, seconds, f"stopped ({stop.reason})")
         # The connections stay open: threads cut short may still read them; the caller exits.
         raise RunStopped(stop.reason, kept, time.perf_counter() - started) from None
     saver.conn.close()
     store.close()
+    record_provenance(out, campaign, wall_start, time.perf_counter() - started, "finished")
     hits, misses = (run.evaluator.hits, run.evaluator.misses) if run else (0, 0)
     notes = [line for p in {id(p): p for p in providers.values()}.values()
              for line in (p.divergence_lines() if hasattr(p, "divergence_lines") else [])]
@@ -519,7 +575,9 @@ def summary_table(summary: dict) -> Table:
     table = Table(title=f"{summary['campaign']}")
     cols = ("style", "mode", "provider", "tasks", "correct", "bi_pass", "geomean_speedup", "llm_calls")
     for col in cols:
-        table.add_column(col.replace("_", " "), justify="left" if col in cols[:3] else "right")
+        table.add_column(col.replace("_", " "), justify="left" if col in cols[:3] else "right",
+                         overflow="fold")
     for cell in summary["cells"]:
-        table.add_row(*(f"{cell[c]:.3g}x" if c == "geomean_speedup" else str(cell[c]) for c in cols))
+        table.add_row(*((f"{cell[c]:.3g}x" if cell[c] is not None else "-") if c == "geomean_speedup"
+                        else str(cell[c]) for c in cols))
     return table

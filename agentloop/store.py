@@ -8,6 +8,7 @@ while a campaign writes. Every write commits at once, so a killed run loses noth
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -96,6 +97,11 @@ CREATE TABLE IF NOT EXISTS task_results (
     PRIMARY KEY (cell, task)
 );
 """
+
+
+def kernel_file(cell: str, task: str) -> str:
+    """Where a loop's final kernel is saved, relative to the run directory."""
+    return f"kernels/{re.sub(r'[^A-Za-z0-9_.-]+', '_', cell.replace('/', '--'))}/{task}.py"
 
 
 class StoreFrozen(RuntimeError):

@@ -147,9 +147,10 @@ def test_summary_has_spec_keys_and_hand_computed_values(run_dir: Path) -> None:
         ("refine", "baseline"), ("refine", "bi-aware"), ("evolve", "baseline"), ("evolve", "bi-aware")]
     for c in summary["cells"]:
         assert set(c) == SUMMARY_KEYS and c["provider"] == "replay" and c["tasks"] == 2
-    # A task without a correct final kernel counts 1.0 in the geomean (refine/bi-aware softmax).
+    # The geomean is over the correct tasks only: refine/bi-aware failed softmax, which is not
+    # counted as a 1.0x success.
     expected = {("refine", "baseline"): (2, 1, math.sqrt(2.0 * 0.8), 6, 550, 1500),
-                ("refine", "bi-aware"): (1, 1, math.sqrt(1.2 * 1.0), 7, 750, 1700),
+                ("refine", "bi-aware"): (1, 1, 1.2, 7, 750, 1700),
                 ("evolve", "baseline"): (2, 1, math.sqrt(3.0 * 1.4), 2, 950, 2700),
                 ("evolve", "bi-aware"): (2, 2, math.sqrt(1.3 * 1.6), 2, 1000, 2700)}
     for (style, mode), (correct, bi_pass, speedup, calls, tin, tout) in expected.items():
@@ -158,7 +159,8 @@ def test_summary_has_spec_keys_and_hand_computed_values(run_dir: Path) -> None:
             (correct, bi_pass, calls, tin, tout)
         assert c["bi_pass_rate"] == pytest.approx(bi_pass / 2, abs=1e-4)
         assert c["geomean_speedup"] == pytest.approx(speedup, abs=1e-4)
-    assert summary["retention"] == pytest.approx({"refine": math.sqrt(1.2 / 1.6),
+    # Retention over the tasks correct in both cells: refine compares rms_norm only.
+    assert summary["retention"] == pytest.approx({"refine": 1.2 / 2.0,
                                                   "evolve": math.sqrt(1.3 * 1.6 / (3.0 * 1.4))}, abs=1e-4)
 
 
@@ -172,9 +174,10 @@ def test_retention_only_for_styles_run_in_both_modes(tmp_path: Path) -> None:
 def test_best_speedup_curve_is_running_best_and_ends_at_the_summary(run_dir: Path) -> None:
     run = load_run(run_dir)
     curves = best_speedup_curves(run.candidates, run.task_results)
-    # refine/baseline: rms_norm 1.0 (rejected), 1.5, 2.0; softmax 1.0 (rejected), 0.8, 0.8.
+    # refine/baseline: rms_norm none (rejected), 1.5, 2.0; softmax none (rejected), 0.8, 0.8: a
+    # task without a kernel yet is left out, not counted as 1.0x.
     assert curves["refine", "baseline", "replay"] == pytest.approx(
-        [1.0, math.sqrt(1.5 * 0.8), math.sqrt(2.0 * 0.8)])
+        [None, math.sqrt(1.5 * 0.8), math.sqrt(2.0 * 0.8)])
     # evolve/baseline keeps its best (3.0) when a slower one follows; the rejected ones do not count.
     assert curves["evolve", "baseline", "replay"] == pytest.approx(
         [math.sqrt(1.1 * 1.4), math.sqrt(3.0 * 1.4), math.sqrt(3.0 * 1.4)])
@@ -187,10 +190,11 @@ def test_best_speedup_curve_is_running_best_and_ends_at_the_summary(run_dir: Pat
 def test_report_md_has_comparison_retention_rejections_and_tasks(run_dir: Path) -> None:
     md = (run_dir / "report.md").read_text()
     assert md.startswith("# Campaign `fixture-campaign`")
-    assert "| refine / bi-aware | 2 | 1/2 (50%) | 1/2 (50%) | 1.10× | 7 | 750 / 1700 |" in md
-    assert "| evolve / bi-aware | 2 | 2/2 (100%) | 2/2 (100%) | 1.44× |" in md
-    assert "| refine | 1.26× | 1.10× | 0.87 |" in md
-    assert "| evolve | 2.05× | 1.44× | 0.70 |" in md
+    assert "| refine / bi-aware | 2 | 1/2 (50%) | 1 | 1/2 (50%) | 1.20× | 7 | 750 / 1700 |" in md
+    assert "| evolve / bi-aware | 2 | 2/2 (100%) | 0 | 2/2 (100%) | 1.44× |" in md
+    assert "| refine | 1: rms_norm | 2.00× | 1.20× | 0.60 |" in md
+    assert "| evolve | 2: rms_norm, softmax | 2.05× | 1.44× | 0.70 |" in md
+    assert "CPU run: speedups are not meaningful" in md  # the campaign ran on a CPU
     # Rejections by gate and rule, counted per mode (baseline, bi-aware, total).
     assert "| static | BI001 | 0 | 2 | 2 | BI001 fired here |" in md
     assert "| static | BI003 | 0 | 1 | 1 |" in md
@@ -219,7 +223,8 @@ def test_report_html_is_self_contained(run_dir: Path) -> None:
     assert len(uris) == 2
     for data in uris:
         assert Image.open(io.BytesIO(base64.b64decode(data))).format == "PNG"
-    for text in ("fixture-campaign", "BI001", "0.87", "rms_norm", "softmax", "1/2 (50%)"):
+    for text in ("fixture-campaign", "BI001", "0.60", "rms_norm", "softmax", "1/2 (50%)",
+                 "CPU run: speedups are not meaningful"):
         assert text in html
 
 
@@ -274,3 +279,34 @@ def test_unusable_run_directory_is_a_one_line_error(tmp_path: Path, setup: str, 
     assert len(lines) == 1 and message in lines[0], result.output
     if setup == "missing":
         assert not (run / "results.sqlite").exists()  # reading a run never creates its database
+
+
+def test_report_names_the_final_kernel_why_bi_failed_shape_times_and_provenance(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path / "run")
+    kernel = run_dir / "kernels" / "refine--baseline--replay" / "rms_norm.py"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("def rms_norm(x):\n    return x\n")
+    timing = lambda ms: {"median_ms": ms, "q25_ms": ms * 0.9, "q75_ms": ms * 1.1, "n": 50}
+    store = Store(run_dir / "results.sqlite")
+    store.cache_evaluation("k", "refine/baseline/replay:rms_norm:3", "rms_norm", "cuda", {"benchmark": {
+        "benchmark": {"shapes": [{"dims": {"T": 4, "H": 256}, "candidate": timing(0.01),
+                                  "reference": timing(0.02), "speedup": 2.0}]}}})
+    store.close()
+    (run_dir / "provenance.jsonl").write_text(json.dumps({
+        "started": "2026-01-01T00:00:00+00:00", "seconds": 61.0, "ended": "finished", "commit": "abc123",
+        "agentloop": "0.1.0", "torch": "2.11.0", "triton": "3.6.0", "python": "3.11.7", "host": "h",
+        "device": "cuda", "device_name": "NVIDIA H200"}) + "\n")
+    write_reports(run_dir)
+    md = (run_dir / "report.md").read_text()
+    rms = md.split("### rms_norm")[1].split("### softmax")[0]
+    link = "kernels/refine--baseline--replay/rms_norm.py"
+    assert f"| refine / baseline | yes | no | 2.00× | #3 [{link}]({link}) |" in rms
+    # The final kernel of refine/baseline failed the static gate's BI002 (the closing audit).
+    assert "- refine / baseline: static BI002: BI002 fired here" in rms
+    # evolve/baseline's final kernel (#2) failed the dynamic gate: which row, in which batch.
+    assert ("- evolve / baseline: dynamic: output 0 row 1 differs bitwise in a batch of 16 (position 5) "
+            "against a batch of 1") in rms
+    assert "| T=4 H=256 | 10 µs (IQR 2) | 20 µs (IQR 4) | 2.00× |" in rms
+    assert ("2026-01-01T00:00:00+00:00, 61 s (finished): agentloop 0.1.0 at abc123, torch 2.11.0, "
+            "triton 3.6.0, Python 3.11.7; cuda (NVIDIA H200) on h") in md
+    assert f'<a href="{link}">' in (run_dir / "report.html").read_text()
