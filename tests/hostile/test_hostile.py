@@ -288,9 +288,11 @@ def run_candidate(name: str, spec: dict, env: dict[str, str], keys: list[str]) -
                         run.seen[p.pid] = p
                         run.seen_cmd[p.pid] = _read(f"/proc/{p.pid}/cmdline", 300)
                 run.peak_rss_kb = max(run.peak_rss_kb, _rss_kb(proc.pid))
-                if spec["kill_after"] and not term_sent and elapsed > spec["kill_after"]:
-                    proc.send_signal(signal.SIGTERM)
-                    run.killed, term_sent = True, elapsed
+                if spec["kill_after"] and not term_sent:  # SIGTERM once the candidate is running
+                    tags = {_read(f"/proc/{p.pid}/comm") for p in _descendants(proc.pid, procs)}
+                    if comm_tag(name) in tags or elapsed > spec["kill_after"]:
+                        proc.send_signal(signal.SIGTERM)
+                        run.killed, term_sent = True, elapsed
                 if (term_sent and elapsed > term_sent + 10) or elapsed > spec["harness_timeout"]:
                     run.timed_out = not term_sent
                     proc.kill()
@@ -425,7 +427,7 @@ def escape_problems(name: str, spec: dict, run: Run, keys: dict[str, str], liste
             break
         time.sleep(0.2)
     if left:
-        shown = [f"{p.pid} {run.seen_cmd.get(p.pid) or _read(f'/proc/{p.pid}/cmdline', 200)!r}"
+        shown = [f"{p.pid} {_read(f'/proc/{p.pid}/cmdline', 200) or run.seen_cmd.get(p.pid)!r}"
                  for p in left[:5]]
         problems.append(f"PROCESS: {len(left)} process(es) outlived the run by {spec['settle']:g} s "
                         f"(now killed): {shown}")
