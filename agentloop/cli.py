@@ -306,5 +306,38 @@ def report(run_dir: Path = typer.Argument(..., metavar="DIR", help="A run direct
     console.print(f"{len(summary['cells'])} cells; report: {run_dir / 'report.html'}", highlight=False)
 
 
+@app.command()
+def status(run_dir: Path = typer.Argument(..., metavar="DIR", help="A run directory."),
+           as_json: bool = typer.Option(False, "--json", help="Print the status as JSON.")) -> None:
+    """List a run's loops, the stage each is at, and the exchange requests they wait for."""
+    if not (run_dir / "results.sqlite").is_file():
+        fail_input(f"{run_dir} holds no run (no results.sqlite); give the directory `agentloop run` wrote")
+    from rich.table import Table
+
+    from agentloop.campaign import CampaignError
+    from agentloop.status import run_status
+
+    try:
+        found = run_status(run_dir)
+    except CampaignError as exc:
+        fail_input(str(exc))
+    if as_json:
+        print(found.model_dump_json(indent=2))
+        return
+    table = Table(title=f"{found.campaign}: {run_dir}")
+    table.add_column("loop", no_wrap=True)
+    for col in ("state", "candidates", "final / waits for"):
+        table.add_column(col, overflow="fold")
+    for loop in found.loops:
+        table.add_row(loop.loop, loop.state, str(loop.candidates), loop.final or ", ".join(loop.waits_for))
+    Console(soft_wrap=False, quiet=console.quiet).print(table)
+    done = sum(loop.state == "finished" for loop in found.loops)
+    console.print(f"{done} of {len(found.loops)} loops finished; {len(found.waiting)} exchange "
+                  f"request{'s' * (len(found.waiting) != 1)} wait for an answer", highlight=False)
+    for w in found.waiting:
+        console.print(f"  {w.request} -> answer in {w.respond_with} ({w.loop or w.task or '?'})",
+                      highlight=False)
+
+
 if __name__ == "__main__":
     app()

@@ -135,3 +135,38 @@ def test_a_second_interrupt_exits_at_once(tmp_path):
     code, seconds = _stop(proc, signal.SIGINT)
     assert code == 130 and seconds < 1.0
     assert "second interrupt" in proc.stderr.read()
+
+
+@pytest.mark.timeout(600)
+def test_until_idle_ends_once_every_loop_waits_then_status_and_resume(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from agentloop.cli import app
+
+    answers = tmp_path / "answers"
+    campaign = _campaign(tmp_path, model=f"exchange:{answers}", budget={"iterations": 1})
+    out = tmp_path / "run"
+    proc = _start(["run", str(campaign), "--out", str(out), "--until-idle"], tmp_path / "first.log")
+    assert proc.wait(120) == 0, (tmp_path / "first.log").read_text()
+    output = (tmp_path / "first.log").read_text()
+    assert f"idle: 2 requests wait for an answer in {answers}" in output, output
+    assert f"continue with: agentloop run --resume --out {out}" in output
+
+    status = CliRunner().invoke(app, ["status", str(out), "--json"])
+    assert status.exit_code == 0, status.output
+    found = json.loads(status.output)
+    assert [(loop["state"], len(loop["waits_for"])) for loop in found["loops"]] == \
+        [("waiting for an answer", 1)] * 2
+    assert sorted(w["loop"] for w in found["waiting"]) == \
+        [f"refine/{m}/exchange:{answers}|rms_norm" for m in ("baseline", "bi-aware")]
+    corpus = Path(__file__).resolve().parents[1] / "tasks" / "rms_norm" / "candidates"
+    kernel = (corpus / "row_per_program.py").read_text()
+    for w in found["waiting"]:
+        Path(w["respond_with"]).write_text(json.dumps({"text": f"```python\n{kernel}```"}))
+
+    resumed = _start(["run", "--resume", "--out", str(out), "--until-idle"], tmp_path / "second.log")
+    assert resumed.wait(500) == 0, (tmp_path / "second.log").read_text()
+    assert "2 of 2 loops run" in (tmp_path / "second.log").read_text()
+    assert _count(out / "results.sqlite", "SELECT COUNT(*) FROM task_results") == 2
