@@ -286,3 +286,51 @@ def test_twin_kernels_launched_with_different_reduction_blocks_are_caught():
         return out
     '''
     assert errors(twins) == {"BI001"}
+
+
+def test_split_argmax_paths_that_only_select_are_one_code_path():
+    """A single-block and a looping path chosen from T, a max-combine tl.reduce whose block comes
+    from T, and the winning position packed into an int64 key: all exact, no finding. The same
+    kernel rounding on one path (a scaled value) is a code path chosen by the batch."""
+    body = '''
+    @triton.jit
+    def _max_f(a, b):
+        return tl.maximum(a, b)
+
+    @triton.jit
+    def _argmax(x_ptr, keys_ptr, out_ptr, V, CHUNK, SINGLE: tl.constexpr, R: tl.constexpr):
+        row = tl.program_id(0)
+        start = tl.program_id(1) * CHUNK
+        offs = start + tl.arange(0, R)
+        if SINGLE:
+            v = tl.load(x_ptr + row * V + offs, mask=offs < V, other=float("-inf"))
+            m = tl.reduce(v, 0, _max_f)
+            idx = tl.min(tl.where(v == m, offs, 2147483647), axis=0)
+        else:
+            best = tl.full([R], float("-inf"), tl.float32)
+            at = tl.zeros([R], tl.int32)
+            for it in range(0, CHUNK // R):
+                v = tl.load(x_ptr + row * V + offs + it * R, mask=offs + it * R < V, other=float("-inf"))
+                up = v > best
+                best = tl.where(up, v, best)
+                at = tl.where(up, it, at)
+            m = tl.max(best, axis=0)
+            idx = tl.min(tl.where(best == m, start + at * R + tl.arange(0, R), 2147483647), axis=0)
+        key = (m.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (2147483647 - idx).to(tl.int64)
+        tl.atomic_max(keys_ptr + row, key)
+
+    def greedy_sample(logits):
+        T, V = logits.shape
+        out = torch.empty(T, dtype=torch.int64, device=logits.device)
+        keys = torch.full((T,), -2**62, dtype=torch.int64, device=logits.device)
+        split = max(1, 64 // T)
+        chunk = triton.cdiv(V, split)
+        R = 1024 if T < 8 else 256
+        _argmax[(T, split)](logits, keys, out, V, chunk, SINGLE=chunk <= R, R=R)
+        return out
+    '''
+    assert errors(body, "greedy_sample") == set()
+    rounding = body.replace("m = tl.reduce(v, 0, _max_f)", "m = tl.reduce(v, 0, _max_f) * 1.0")
+    assert errors(rounding, "greedy_sample") == {"BI004"}
+    summed = body.replace("return tl.maximum(a, b)", "return a + b")
+    assert "BI001" in errors(summed, "greedy_sample")

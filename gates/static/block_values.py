@@ -27,6 +27,9 @@ class KV(NamedTuple):
     """Parameters that entered arithmetic on data on the way to this value."""
     mask: bool = False
     """A comparison result: multiplying data by it selects, it does not compute."""
+    position: bool = False
+    """Data-dependent only as a position: indices chosen by comparing data (`tl.where(x > best, i,
+    best_i)`), not bits of loaded values; offsetting it by a chunk start is no arithmetic on data."""
     integer: bool = False
     """Known to hold integers (indices, int casts, bit operations): sums of it are exact, so an
     atomic that merges it is no order hazard. Scalar parameters count as integers here."""
@@ -61,7 +64,8 @@ def merge(values, shape=None, ptr=None) -> KV:
               ptr=any(v.ptr for v in values) if ptr is None else ptr, data=any(v.data for v in values),
               mixed=frozenset().union(*(v.mixed for v in values)) if values else frozenset(),
               mask=bool(values) and all(v.mask for v in values),
-              integer=bool(values) and all(v.integer for v in values))
+              integer=bool(values) and all(v.integer for v in values),
+              position=any(v.data for v in values) and all(v.position for v in values if v.data))
 
 
 def mix(values) -> KV:
@@ -69,7 +73,7 @@ def mix(values) -> KV:
     others depend on enter the data (masks and program ids excepted)."""
     values = list(values)
     out = merge(values)
-    if out.data:
+    if out.data and not out.position:
         extra = frozenset(d for v in values if not v.data and not v.mask for d in v.deps
                           if not d.startswith(("pid:", "nprog:")))
         if extra:

@@ -25,6 +25,7 @@ from gates.static.block_values import (
 from gates.static.configs import read_autotune, read_heuristics
 from gates.static.kernels import (
     EXACT_REDUCTIONS,
+    SELECTIONS,
     SUM_REDUCTIONS,
     Atomic,
     KernelInfo,
@@ -55,6 +56,8 @@ class KernelReader:
         self.guards: list[tuple[str, str, object, bool]] = []
         self._seen: set[tuple] = set()
         self._updates: dict[int, list[Update]] = {}
+        self.rounding = 0
+        """Floating-point operations on data seen so far (arithmetic, math functions, sums, dots)."""
 
     # -- recording ---------------------------------------------------------------------------
     def use(self, deps: frozenset[str], role: str, line: int, branch: bool = False) -> None:
@@ -98,10 +101,11 @@ class KernelReader:
     def branch(self, node: ast.If, env: dict[str, KV]) -> KV | None:
         test = self.expr(node.test, env)
         # A branch on loaded data or an atomic's result (a ticket) picks which program does some
-        # work at run time; one that only computes addresses or masks computes the same values.
-        if test.deps and not test.data and not any(d.startswith(("pid:", "nprog:")) for d in test.deps) \
-                and arithmetic(data_part(node.body, env)) != arithmetic(data_part(node.orelse, env)):
-            self.use(test.deps, f"condition of the branch at line {node.lineno}", node.lineno, branch=True)
+        # work at run time; one that only computes addresses or masks computes the same values, and
+        # so do paths that only select (loads, max/min, comparisons, integer arithmetic): no rounding.
+        choice = test.deps and not test.data and not any(d.startswith(("pid:", "nprog:")) for d in test.deps)
+        choice = choice and arithmetic(data_part(node.body, env)) != arithmetic(data_part(node.orelse, env))
+        rounding = self.rounding
         guard = self.guard(node.test, env)
         rets = []
         envs = []
@@ -116,6 +120,8 @@ class KernelReader:
         for name in set(envs[0]) | set(envs[1]):
             vals = [e[name] for e in envs if name in e]
             env[name] = vals[0] if len(vals) == 1 else merge(vals, shape=vals[0].shape, ptr=vals[0].ptr)
+        if choice and self.rounding > rounding:
+            self.use(test.deps, f"condition of the branch at line {node.lineno}", node.lineno, branch=True)
         rets = [r for r in rets if r is not None]
         return merge(rets) if rets else None
 
@@ -140,7 +146,7 @@ class KernelReader:
                 bounds, step = merge(vals[:2]).deps, vals[2].deps
             else:
                 bounds, step = merge(vals).deps, frozenset()
-            self.bind(node.target, KV(deps=bounds | step), env)
+            self.bind(node.target, KV(deps=bounds | step, integer=True), env)
         else:
             bounds, step = self.expr(node.test, env).deps, frozenset()
         key = id(node)
@@ -199,6 +205,8 @@ class KernelReader:
                 out = out._replace(integer=True)
             elif isinstance(node.op, ast.Div):
                 out = out._replace(integer=False)
+            if out.data and not out.integer and not out.ptr:  # pointer arithmetic does not round
+                self.rounding += 1
             return out
         if isinstance(node, ast.UnaryOp):
             return self.expr(node.operand, env)
@@ -227,7 +235,8 @@ class KernelReader:
     def subscript(self, node: ast.Subscript, env: dict[str, KV]) -> KV:
         base = self.expr(node.value, env)
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        index = [self.expr(i, env) for i in items if not isinstance(i, ast.Slice)]
+        index = [self.expr(i, env) for i in items
+                 if not isinstance(i, ast.Slice) and not (isinstance(i, ast.Constant) and i.value is None)]
         if base.elts is not None and len(items) == 1 and isinstance(items[0], ast.Constant) \
                 and isinstance(items[0].value, int) and -len(base.elts) <= items[0].value < len(base.elts):
             return base.elts[items[0].value]
@@ -287,6 +296,7 @@ class KernelReader:
             self.stored(value, line)
             return KV(shape=args[0].shape if args else None, data=True, integer=value.integer)
         if leaf in {"dot", "dot_scaled"} and len(args) >= 2:
+            self.rounding += 1
             a, b = args[0], args[1] if leaf == "dot" else args[2]
             k = (a.shape[-1] if a.shape else frozenset()) | (b.shape[0] if b.shape else frozenset())
             self.use(k, "extent of the axis tl.dot reduces (K)", line)
@@ -311,10 +321,16 @@ class KernelReader:
         if leaf in {"static_assert", "device_assert", "debug_barrier", "device_print"}:
             return EMPTY
         if leaf == "where" and len(args) == 3:  # selection, not arithmetic
+            chosen = [a for a in args[1:] if a.data and not a.position]
             return merge(args)._replace(mask=args[1].mask and args[2].mask,
+                                        position=args[0].data and not chosen,
                                         integer=args[1].integer and args[2].integer)
         out = mix([*args, *kwargs.values()])
-        return out if leaf in INT_PRESERVING else out._replace(integer=False)
+        if leaf not in INT_PRESERVING:
+            out = out._replace(integer=False)
+        if out.data and not out.integer and leaf not in SELECTIONS:
+            self.rounding += 1  # exp, log, sqrt, sigmoid, div_rn, fma ...
+        return out
 
     def reduction(self, node: ast.Call, leaf: str, positional: list[ast.expr], args: list[KV]) -> KV:
         shape = args[0].shape or ()
@@ -328,6 +344,10 @@ class KernelReader:
         else:
             axis %= len(shape)
             reduced, rest = shape[axis], shape[:axis] + shape[axis + 1:]
+        if leaf == "reduce" and self.exact_combine(node):
+            leaf = "max"  # tl.reduce(x, axis, combine) with a max/min combine function
+        if leaf in SUM_REDUCTIONS and args[0].data and not args[0].integer:
+            self.rounding += 1
         if leaf in SUM_REDUCTIONS:
             self.use(reduced, f"extent of the axis tl.{leaf} reduces", node.lineno)
             if self.info.block_sum_line is None:
@@ -340,6 +360,21 @@ class KernelReader:
         return args[0]._replace(shape=shape if keep else rest, const=None, elts=None,
                                 data=args[0].data and not index,
                                 mixed=frozenset() if index else args[0].mixed)
+
+    def exact_combine(self, node: ast.Call) -> bool:
+        """Whether `tl.reduce`'s combine function (a same-file jit function) only selects: max,
+        min, where, comparisons and bit operations, which are exact in any order."""
+        fn = node.args[2] if len(node.args) > 2 else next(
+            (k.value for k in node.keywords if k.arg == "combine_fn"), None)
+        body = self.jit.get(fn.id) if isinstance(fn, ast.Name) else None
+        if body is None:
+            return False
+        for n in ast.walk(body):
+            if isinstance(n, ast.Call) and call_leaf(n) not in SELECTIONS | {"to"}:
+                return False
+            if isinstance(n, ast.BinOp) and not isinstance(n.op, BIT_OPS):
+                return False
+        return True
 
     def shape_arg(self, node: ast.expr | None, env: dict[str, KV]) -> tuple[frozenset[str], ...] | None:
         if isinstance(node, (ast.List, ast.Tuple)):

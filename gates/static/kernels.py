@@ -19,6 +19,12 @@ SUM_REDUCTIONS = {"sum", "reduce", "cumsum", "cumprod", "associative_scan", "sof
 # Reductions that are exact whatever the order.
 EXACT_REDUCTIONS = {"max", "min", "argmax", "argmin"}
 
+# Calls that select or move values without rounding them.
+SELECTIONS = {"maximum", "minimum", "where", "max", "min", "argmax", "argmin", "abs", "load", "to", "cast",
+              "broadcast_to", "reshape", "view", "trans", "permute", "expand_dims", "join", "split",
+              "multiple_of", "max_contiguous", "max_constancy", "full", "zeros", "zeros_like",
+              "full_like", "arange", "program_id", "num_programs", "clamp"}
+
 ORDER_FREE_ATOMICS = {"atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor",
                       "atomic_load", "atomic_poll", "atomic_store"}
 

@@ -10,6 +10,9 @@ from gates.static.facts import TorchOp, short
 from gates.static.kernels import dotted
 from gates.static.values import CLEAN, NOCONST, Obj, Origin, Val, combine, flat_batch, replace
 
+SCALAR_METHODS = {"element_size", "data_ptr", "is_contiguous", "is_floating_point", "get_device",
+                  "storage_offset", "is_complex", "is_signed", "nbytes", "itemsize"}
+
 
 class TensorSemantics:
     """Mixin of the host reader: the torch part of its abstract interpretation."""
@@ -151,6 +154,8 @@ class TensorSemantics:
             if t.dims is not None:
                 return combine(t.dims)
             return Val(batch=Origin(line, f"{t.rows}.numel()", row_count=True)) if t.rows else CLEAN
+        if leaf in SCALAR_METHODS:  # facts about the tensor, not values computed from its rows
+            return CLEAN
         if leaf in {"dim", "ndimension"}:
             return Val(const=len(t.dims)) if t.dims is not None else CLEAN
         if leaf in {"item", "tolist", "__int__", "__float__"}:
