@@ -1,7 +1,7 @@
-"""Class 8, escape from cleanup (unbounded recursion, bounded here at 5 million frames).
+"""Class 8, escape from cleanup (unbounded recursion, bounded here at 10 million frames).
 
-Tries: on its first call, raises the recursion limit to 10**9 and recurses 5 million deep (pure
-Python frames cost heap, not C stack, on Python 3.11+: about 0.7 GB), then answers right. Unbounded,
+Tries: on its first call, raises the recursion limit to 10**9 and recurses 10 million deep (pure
+Python frames cost heap, not C stack, on Python 3.11+: about 1.4 GB), then answers right. Unbounded,
 this ran a worker to ~12 GB.
 Gates must report: SB006 (recursion / stack / memory limit), or a gate error naming the recursion
 or memory limit.
@@ -15,7 +15,7 @@ _done = []
 
 
 def _deep(n):
-    return _deep(n + 1) if n < 5_000_000 else n
+    return _deep(n + 1) if n < 10_000_000 else n
 
 
 def rms_norm(x, weight, eps):
