@@ -1,12 +1,22 @@
 """The dynamic gate against the corpus's CPU-interpreter labels (measured independently by
 bench/measure_corpus.py): every candidate measured invariant on the CPU passes, every one
-measured variant gets a counterexample. (GPU verdicts are checked on the GPU: docs/dynamic_gate.md.)"""
+measured variant gets a counterexample. (GPU verdicts are checked on the GPU: docs/dynamic_gate.md.)
+
+Where rows of the batch share one matrix multiply (`linear`: x[T,K] @ W puts rows side by side in a
+`tl.dot` tile, which the interpreter hands to the host's BLAS), whether a row's bits depend on its
+neighbours is decided by the BLAS kernel this host picks: the labels measured on one host are not
+another's (an AMD EPYC host and this test's own host disagree with the recorded ones). There the
+gate must run cleanly, but its verdict is not compared with a label measured elsewhere; measure
+them on your host with `python bench/measure_corpus.py --device cpu --tasks linear`."""
 
 import pytest
 
 from gates.contract import load_suite
 from gates.corpus import load_manifest
 from gates.sandbox import Job, Sandbox
+
+HOST_BLAS_TASKS = {"linear"}
+"""Tasks whose CPU labels depend on the host's BLAS (see the module docstring)."""
 
 CASES = [(task, entry) for task in load_suite().values() for entry in load_manifest(task).candidates
          if entry.cpu is not None and entry.cpu.label != "broken"]
@@ -21,11 +31,14 @@ def box():
 @pytest.mark.parametrize("task,entry", CASES, ids=[f"{t.name}/{e.file}" for t, e in CASES])
 def test_dynamic_verdict_matches_the_cpu_label(box, task, entry):
     path = task.candidates_dir / entry.file
-    outcome = box.run(Job("gates.dynamic:dynamic_job", {"candidate": str(path), "task": task,
+    outcome = box.run(Job("gates.dynamic:dynamic_job", {"code": path.read_text(), "task": task,
                                                          "device": "cpu"}), 240)
     assert outcome.ok, outcome.error
     result = outcome.value
     assert result.error is None, result.error
+    if task.name in HOST_BLAS_TASKS:
+        pytest.skip(f"CPU label of {task.name} depends on the host's BLAS: measured on another host, "
+                    "not asserted here")
     if entry.cpu.label == "invariant":
         assert result.passed, result.counterexample
     else:
