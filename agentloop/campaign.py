@@ -1,4 +1,4 @@
-"""The campaign file (`tasks/campaigns/<name>.yaml`, SPEC.md §4) loaded into pydantic models.
+"""The campaign file (`tasks/campaigns/<name>.yaml`, docs/reference/files.md) loaded into pydantic models.
 
 A campaign runs every (task, style, mode) combination: each (style, mode, provider) is a
 *cell*, and each cell runs one optimisation loop per task.
@@ -77,7 +77,11 @@ class Campaign(_Strict):
     tasks: list[str] | Literal["all"]
     """Task names, or "all" for the whole suite."""
     styles: list[StyleName] = Field(default_factory=lambda: list(STYLES))
+    """Agent styles: refine (one conversation), evolve (a population), team (planner, coder,
+    reviewer)."""
     modes: list[Mode] = Field(default_factory=lambda: list(MODES))
+    """baseline (the BI gates observe only) and bi-aware (they reject, and the prompts carry BI
+    guidance)."""
     model: str = "replay"
     """provider:model of every role: replay, openai:<model>, anthropic:<model>, exchange:<dir>."""
     roles: dict[Role, str] = Field(default_factory=dict)
@@ -85,8 +89,12 @@ class Campaign(_Strict):
     model_options: dict[str, Any] = Field(default_factory=dict)
     """Options passed to the providers (temperature, max_tokens, timeout_s, retry, ...)."""
     budget: Budget = Field(default_factory=Budget)
+    """When each loop stops."""
     device: Literal["cpu", "cuda"] = "cpu"
+    """Where candidates are evaluated: cuda, or cpu through Triton's interpreter (CPU timings are
+    not a measure of kernel speed)."""
     seed: int = 0
+    """Fixes each candidate's sampling seed (and replay's choices)."""
     workers: int | None = Field(default=None, ge=1)
     """Evaluation worker processes; default one per GPU on cuda, two on a CPU."""
     parallel: int | None = Field(default=None, ge=1)
@@ -95,8 +103,11 @@ class Campaign(_Strict):
     evaluation: EvalOptions = Field(default_factory=EvalOptions, alias="eval")
     """The file's `eval:` key."""
     refine: RefineSettings = Field(default_factory=RefineSettings)
+    """Settings of the refine style."""
     evolve: EvolveSettings = Field(default_factory=EvolveSettings)
+    """Settings of the evolve style."""
     team: TeamSettings = Field(default_factory=TeamSettings)
+    """Settings of the team style."""
 
     @field_validator("styles", "modes", "tasks")
     @classmethod

@@ -1,5 +1,5 @@
 """The reports of a run directory, built from its results database only (`DIR/results.sqlite`):
-`summary.json` (SPEC.md §3), `report.md`, a self-contained `report.html` and PNG plots.
+`summary.json` (docs/reference/files.md), `report.md`, a self-contained `report.html` and PNG plots.
 
 How the figures are scored:
 - a cell is one (style, mode, provider); its `tasks` are the loops it finished;
@@ -49,7 +49,7 @@ class ReportError(ValueError):
 
 
 class CellSummary(BaseModel):
-    """One cell of `summary.json`: exactly the keys of SPEC.md §3 (`failed` is for the reports)."""
+    """One cell of `summary.json`: exactly the keys the interface promises (`failed` is for the reports)."""
 
     style: str
     mode: str

@@ -1,4 +1,4 @@
-"""`agentloop audit` as SPEC.md §3 describes it: gates, --json shape, exit codes 0/1/2 and
+"""`agentloop audit` as docs/reference/cli.md describes it: gates, --json shape, exit codes 0/1/2 and
 one-line messages for unusable input; and the audit() API with a reused sandbox."""
 
 import json

@@ -44,6 +44,25 @@ class ExchangeOptions(ProviderOptions):
     """How often to look for it."""
 
 
+class ExchangeRequest(BaseModel):
+    """What `<n>.request.json` holds."""
+
+    n: int
+    """The request's number in the directory, from 1."""
+    time: str
+    """When it was written, ISO 8601 UTC."""
+    seed: int | None = None
+    """The sampling seed the loop asks for (answer as you like; it is recorded)."""
+    request_hash: str
+    """Content hash of the messages: identical requests are asked once."""
+    respond_with: str
+    """The file name to write the answer to, in the same directory."""
+    meta: dict[str, Any] = Field(default_factory=dict)
+    """Who asks: the loop's `cell` (style/mode/provider), `task` and `role`."""
+    messages: list[Message]
+    """The conversation to answer, oldest first."""
+
+
 class ExchangeResponse(BaseModel):
     """What `<n>.response.json` holds; only `text` is required."""
 
@@ -111,10 +130,10 @@ class ExchangeProvider(Provider):
                 return queue.popleft()
             n = self._next
             self._next += 1
-        _write_atomic(self.request_path(n), {
-            "n": n, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "seed": seed,
-            "request_hash": digest, "respond_with": self.response_path(n).name, "meta": meta,
-            "messages": [m.model_dump() for m in messages]})
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        request = ExchangeRequest(n=n, time=now, seed=seed, request_hash=digest,
+                                  respond_with=self.response_path(n).name, meta=meta, messages=messages)
+        _write_atomic(self.request_path(n), request.model_dump(mode="json"))
         return n
 
     def complete(self, messages: list[Message], *, seed: int | None = None) -> Completion:
