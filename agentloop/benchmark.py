@@ -8,9 +8,12 @@ was correct only on the inputs it was gated on is caught.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import os
 import platform
+import random
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +35,8 @@ from agentloop.timer import (
 from gates.contract import Task
 from gates.correctness import compare_outputs
 from gates.reference import as_outputs, make_inputs
+from gates.remote import CandidateFailure, RemoteEntry, Runner, sandbox_finding
+from gates.verdict import Finding
 
 # Bench shapes are GPU sizes; in Triton's interpreter a row of a kernel costs milliseconds.
 CPU_BATCH_CAP = 8
@@ -68,6 +73,9 @@ class BenchmarkResult(BaseModel):
     compiled_speedup: float | None = None
     compiled_error: str | None = None
     """Why the `torch.compile` baseline was skipped, one line."""
+    findings: list[Finding] = Field(default_factory=list)
+    """What the candidate's runner did that evaluations refuse (SB rules), or a timed call whose
+    output was wrong (SB009); any of them makes the result incorrect."""
     correct: bool = False
     """The re-check on fresh inputs after timing passed at every shape."""
     error: str | None = None
@@ -109,6 +117,52 @@ def clone_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
+WALL_SLACK_S = 0.005
+"""A chunk's reported device time may exceed the judge's wall clock around it by this much
+(clock granularity); more is impossible, so the report is forged."""
+
+
+class RemotePrepared:
+    """A candidate prepared for timing in its runner. Every chunk of timed calls is checked
+    here: its reported times must fit in the wall-clock time the judge saw pass, and the output
+    of one of its calls, chosen only after the chunk ran, must match the reference (SB009)."""
+
+    def __init__(self, runner: Runner, args: Mapping[str, Any], want: tuple, task: Task, dtype: str,
+                 settings: BenchSettings) -> None:
+        self.runner, self.want, self.task, self.dtype = runner, want, task, dtype
+        self.label = runner.bench_prepare(list(args.values()), dataclasses.asdict(settings.measure()))
+        self.random = random.Random(os.urandom(8))
+
+    def reps_for(self, seconds: float, min_reps: int, max_reps: int) -> int:
+        return self.runner.bench_reps(seconds, min_reps, max_reps)
+
+    def samples(self, n: int) -> list[float]:
+        samples, wall = self.runner.bench_samples(n)
+        if sum(samples) / 1e3 > wall + WALL_SLACK_S:
+            self._refuse(f"the runner reported {sum(samples):.3f} ms of timed calls within "
+                         f"{wall * 1e3:.3f} ms of wall-clock time")
+        index = self.random.randrange(n)
+        problem = compare_outputs(self.task, self.dtype, self.runner.bench_reveal(index), self.want)
+        if problem:
+            self._refuse(f"timed call {index + 1} of {n} returned a wrong output: {problem[1]}")
+        return samples
+
+    def _refuse(self, message: str) -> None:
+        self.runner.findings.append(sandbox_finding("SB009", message))
+        raise CandidateFailure(message, "SB009")
+
+
+class RemoteCandidate:
+    """The candidate in its runner, as `time_interleaved` times it."""
+
+    def __init__(self, runner: Runner, reference_fn: Callable, task: Task, dtype: str) -> None:
+        self.runner, self.reference_fn, self.task, self.dtype = runner, reference_fn, task, dtype
+
+    def prepare(self, args: Mapping[str, Any], settings: BenchSettings) -> RemotePrepared:
+        want = as_outputs(self.reference_fn(**clone_inputs(args)))
+        return RemotePrepared(self.runner, args, want, self.task, self.dtype, settings)
+
+
 def recheck(candidate_fn: Callable, reference_fn: Callable, task: Task, dims_list: Sequence[dict[str, int]],
             dtype: str, device: str, seed: int) -> str | None:
     """Compare candidate and reference on fresh inputs (new seeds) at every shape; the first
@@ -141,14 +195,19 @@ def device_name(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
-def benchmark_candidate(candidate_fn: Callable, reference_fn: Callable, task: Task, device: str,
+def benchmark_candidate(candidate: Callable | Runner, reference_fn: Callable, task: Task, device: str,
                         shapes: Sequence[Mapping[str, int]] | None = None, dtype: str | None = None,
                         compile_reference: bool = False, settings: BenchSettings | None = None,
                         seed: int = 0) -> BenchmarkResult:
     """Time candidate and reference (and optionally a `torch.compile`d reference) interleaved on
     the task's bench shapes, then re-check the candidate on fresh inputs. Nothing raises out of
-    it: a function that raises gives a result with `error` naming it ("candidate raised ...")."""
+    it: a function that raises gives a result with `error` naming it ("candidate raised ...").
+
+    `candidate` is a caged runner holding the candidate (evaluations: timed there, checked here)
+    or a function in this process (the harness, tests); its findings end up in `findings`."""
     started = time.perf_counter()
+    runner = candidate if isinstance(candidate, Runner) else None
+    candidate_fn = RemoteEntry(runner) if runner else candidate
     settings = settings or BenchSettings.for_device(device)
     dtype = dtype or task.dtypes[0]
     result = BenchmarkResult(task=task.name, dtype=dtype, device=str(device), device_name=device_name(device),
@@ -163,7 +222,9 @@ def benchmark_candidate(candidate_fn: Callable, reference_fn: Callable, task: Ta
             stage = f"making inputs at {dims}"
             make_args = functools.partial(clone_inputs, make_inputs(task, dims, dtype, seed, device,
                                                                     on_device=True))
-            fns: dict[str, Callable] = {"candidate": candidate_fn, "reference": reference_fn}
+            fns: dict[str, Any] = {"candidate": candidate_fn, "reference": reference_fn}
+            if runner is not None:
+                fns["candidate"] = RemoteCandidate(runner, reference_fn, task, dtype)
             if compiled is not None:
                 try:  # the first call compiles; a failure here skips the baseline, not the candidate
                     compiled(**make_args())
@@ -184,13 +245,24 @@ def benchmark_candidate(candidate_fn: Callable, reference_fn: Callable, task: Ta
         problem = recheck(candidate_fn, reference_fn, task, dims_list, dtype, device, seed)
     except Exception as exc:
         result.error = str(exc) if isinstance(exc, TimedCallError) else f"{stage}: {error_line(exc)}"
-        result.seconds = time.perf_counter() - started
-        return result
+        return _with_findings(result, runner, started)
     result.correct = problem is None
     result.error = problem
     if result.correct:
         result.speedup = geomean([s.speedup for s in result.shapes])
         if compiled is not None:
             result.compiled_speedup = geomean([s.compiled_speedup or -1.0 for s in result.shapes])
+    return _with_findings(result, runner, started)
+
+
+def _with_findings(result: BenchmarkResult, runner: Runner | None, started: float) -> BenchmarkResult:
+    """The result with what the runner did besides (any finding makes it incorrect)."""
+    if runner is not None:
+        if runner.alive:
+            runner.check_leftovers()
+        result.findings = runner.take_findings()
+    if result.findings:
+        result.correct, result.speedup, result.compiled_speedup = False, -1.0, None
+        result.error = result.error or f"{result.findings[0].rule}: {result.findings[0].message}"
     result.seconds = time.perf_counter() - started
     return result

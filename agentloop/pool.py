@@ -90,6 +90,8 @@ class _Worker:
     """Hashes of the candidates loaded since the worker last started."""
     starts: int = -1
     """`sandbox.restarts` when the worker was last seen started (-1: not yet)."""
+    current: str | None = None
+    """Hash of the candidate the worker's runner holds now (a worker's runner holds one)."""
 
 
 class WorkerPool:
@@ -132,7 +134,8 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         try:
             for d in devices:  # each starts booting at once; the first job waits for it
-                self._workers.append(_Worker(Sandbox(d, limits=limits, start_timeout=start_timeout, env=env)))
+                self._workers.append(_Worker(Sandbox(d, limits=limits, start_timeout=start_timeout, env=env,
+                                                            spare_runner=True)))
         except BaseException:
             for w in self._workers:
                 w.sandbox.close()
@@ -279,6 +282,8 @@ class WorkerPool:
         if key not in worker.loaded and len(worker.loaded) >= self.recycle_after:
             sandbox.restart()
         booted = _start(worker)  # outside the stage's time and timeout
+        if booted is None and key != worker.current:  # a new candidate: its runner boots outside too
+            booted = sandbox.run(Job.of(worker_jobs.ping), timeout=60)
         if booted is not None and not booted.ok:
             return stage_outcome(stage, booted, booted.seconds)
         kwargs: dict = {"code": code, "task": task, "device": sandbox.device}
@@ -293,6 +298,7 @@ class WorkerPool:
             seconds = time.perf_counter() - start
         if not result.restarted:
             worker.loaded.add(key)
+        worker.current = key
         return stage_outcome(stage, result, seconds)
 
 

@@ -17,14 +17,22 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-import torch
 from pydantic import BaseModel, Field
 
-Clock = Literal["cuda_event", "cuda_graph", "perf_counter"]
+from gates.runner.timing import (  # noqa: F401 - the measurement loop, re-exported for the judge
+    MAX_HEAD_START_MS,
+    Measure,
+    Prepared,
+    bind,
+    capture_graph,
+    first_line,
+    head_start_ms,
+    hold_stream,
+    is_cuda,
+    sync,
+)
 
-FLUSH_BYTES_GPU = 256 * 2**20
-FLUSH_BYTES_CPU = 32 * 2**20
-"""Bigger than a CPU core's private caches; a large shared L3 may keep part of the inputs."""
+Clock = Literal["cuda_event", "cuda_graph", "perf_counter"]
 
 
 class BenchSettings(BaseModel):
@@ -50,6 +58,11 @@ class BenchSettings(BaseModel):
     kernel. Without it a 5 us kernel's median moved by 1-5 us between runs on an H200."""
     chunk: int = 50
     """Timed calls enqueued behind one hold (and between two host syncs)."""
+
+    def measure(self) -> Measure:
+        """The part of these settings the measurement loop needs (it runs in the runner too)."""
+        return Measure(warmup=self.warmup, warmup_time=self.warmup_time, l2_flush=self.l2_flush,
+                       cuda_graph=self.cuda_graph, queue_ahead=self.queue_ahead, chunk=self.chunk)
 
     @classmethod
     def for_device(cls, device: str, **overrides: Any) -> BenchSettings:
@@ -98,165 +111,9 @@ def quantiles(samples: Sequence[float], qs: Sequence[float]) -> list[float]:
 
 
 # The timer ---------------------------------------------------------------------------------
-def is_cuda(device: str) -> bool:
-    return torch.device(device).type == "cuda"
-
-
-_flush_buffers: dict[str, torch.Tensor] = {}
-
-
-def _flush_buffer(device: str) -> torch.Tensor:
-    key = str(torch.device(device))
-    if key not in _flush_buffers:
-        if is_cuda(device):
-            l2 = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0)
-            nbytes = max(FLUSH_BYTES_GPU, 4 * l2)
-        else:
-            nbytes = FLUSH_BYTES_CPU
-        _flush_buffers[key] = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
-    return _flush_buffers[key]
-
-
-def _bind(fn: Callable, args: Any) -> Callable[[], Any]:
-    if isinstance(args, Mapping):
-        return lambda: fn(**args)
-    if isinstance(args, tuple | list):
-        return lambda: fn(*args)
-    return lambda: fn(args)
-
-
-def sync(device: str) -> None:
-    if is_cuda(device):
-        torch.cuda.synchronize(torch.device(device))
-
-
-MAX_HEAD_START_MS = 20.0
-"""A chunk's hold never exceeds this: a function that syncs with the host inside its call makes
-the host wait for the hold, and its measured enqueue time must not grow the next hold forever."""
-
-
-def head_start_ms(host_ms_per_call: float, calls: int) -> float:
-    """How long to hold the GPU before enqueueing `calls` timed calls that each take the host
-    `host_ms_per_call` to enqueue (flush, events and the call): 1.5x the expected enqueue time
-    plus 0.2 ms for a scheduling hiccup, at most MAX_HEAD_START_MS."""
-    return min(MAX_HEAD_START_MS, 1.5 * calls * max(host_ms_per_call, 0.0) + 0.2)
-
-
-_cycles_per_ms: dict[str, float] = {}
-
-
-def hold_stream(device: str, ms: float) -> bool:
-    """Enqueue a kernel that spins for about `ms` on `device`'s current stream (torch.cuda._sleep,
-    whose cycles per millisecond are measured once per device). False where torch lacks it."""
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is None:
-        return False
-    key = str(torch.device(device))
-    if key not in _cycles_per_ms:
-        cycles, best = 1_000_000, math.inf
-        for _ in range(3):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            sleep(cycles)
-            end.record()
-            end.synchronize()
-            best = min(best, start.elapsed_time(end))
-        _cycles_per_ms[key] = cycles / max(best, 1e-3)
-    sleep(int(ms * _cycles_per_ms[key]))
-    return True
-
-
-def capture_graph(call: Callable[[], Any], device: str) -> Callable[[], Any]:
-    """A CUDA graph of one call; replaying it re-runs the same kernels on the same buffers."""
-    side = torch.cuda.Stream(device=torch.device(device))
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # torch asks for a warm-up on a side stream before capture
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            call()
-    except Exception as exc:  # e.g. a host sync (.item(), .cpu()) inside the function
-        raise RuntimeError(f"CUDA-graph capture failed: {type(exc).__name__}: {_first_line(exc)}") from None
-    sync(device)
-    return graph.replay
-
-
-class _Prepared:
-    """One function bound to its inputs, warmed up, and ready to time."""
-
-    def __init__(self, fn: Callable, make_args: Callable[[], Any], device: str, settings: BenchSettings,
-                 clock: Callable[[], float]):
-        self.device, self.settings, self.clock = device, settings, clock
-        self.cuda = is_cuda(device)
-        self.flush = _flush_buffer(device) if settings.l2_flush else None
-        call = _bind(fn, make_args())
-        if settings.warmup > 0:
-            call()  # compiles: kept out of the warm-up time
-            sync(device)
-            calls, start = 1, time.perf_counter()
-            while calls < settings.warmup or time.perf_counter() - start < settings.warmup_time:
-                call()
-                calls += 1
-                if calls % 8 == 0:
-                    sync(device)  # so the loop sees GPU time, not only launch time
-            sync(device)
-        if settings.cuda_graph:
-            if not self.cuda:
-                raise ValueError("cuda_graph=True needs a CUDA device")
-            call = capture_graph(call, device)
-        self.call = call
-        self.host_ms: float | None = None
-        """Host time to enqueue one timed call, measured in the last chunk (GPU)."""
-        self.label: Clock = ("cuda_graph" if settings.cuda_graph else "cuda_event") if self.cuda \
-            else "perf_counter"
-
-    def reps_for(self, seconds: float) -> int:
-        """Repetitions that fill `seconds`, from three wall-timed calls (flushes included)."""
-        start = time.perf_counter()
-        for _ in range(3):
-            if self.flush is not None:
-                self.flush.zero_()
-            self.call()
-        sync(self.device)
-        per_call = max((time.perf_counter() - start) / 3, 1e-9)
-        if self.host_ms is None:
-            self.host_ms = per_call * 1e3  # wall time, an overestimate until a chunk is measured
-        return max(self.settings.min_reps, min(self.settings.max_reps, math.ceil(seconds / per_call)))
-
-    def samples(self, reps: int) -> list[float]:
-        """Milliseconds of `reps` timed calls, each after an L2 flush (when enabled)."""
-        out: list[float] = []
-        if self.cuda:
-            for done in range(0, reps, max(1, self.settings.chunk)):
-                out += self._gpu_chunk(min(self.settings.chunk, reps - done))
-            return out
-        for _ in range(reps):
-            if self.flush is not None:
-                self.flush.zero_()
-            t0 = self.clock()
-            self.call()
-            out.append((self.clock() - t0) * 1e3)
-        return out
-
-    def _gpu_chunk(self, n: int) -> list[float]:
-        """`n` timed calls enqueued behind a hold (`queue_ahead`), then one sync."""
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        sync(self.device)
-        if self.settings.queue_ahead:
-            hold_stream(self.device, head_start_ms(self.host_ms or 0.0, n))
-        enqueue = time.perf_counter()
-        for start, end in zip(starts, ends, strict=True):
-            if self.flush is not None:
-                self.flush.zero_()
-            start.record()
-            self.call()
-            end.record()
-        self.host_ms = (time.perf_counter() - enqueue) * 1e3 / n
-        sync(self.device)
-        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+def _prepare(fn: Callable, make_args: Callable[[], Any], device: str, settings: BenchSettings,
+             clock: Callable[[], float]) -> Prepared:
+    return Prepared(bind(fn, make_args()), device, settings.measure(), clock)
 
 
 def time_callable(fn: Callable, make_args: Callable[[], Any], device: str, *, warmup: int | None = None,
@@ -269,8 +126,9 @@ def time_callable(fn: Callable, make_args: Callable[[], Any], device: str, *, wa
     given = {k: v for k, v in (("warmup", warmup), ("min_time", min_time)) if v is not None}
     settings = BenchSettings.for_device(device, l2_flush=l2_flush, cuda_graph=cuda_graph,
                                         queue_ahead=queue_ahead, **given)
-    prepared = _Prepared(fn, make_args, device, settings, clock)
-    n = reps if reps is not None else prepared.reps_for(settings.min_time)
+    prepared = _prepare(fn, make_args, device, settings, clock)
+    n = reps if reps is not None else prepared.reps_for(settings.min_time, settings.min_reps,
+                                                        settings.max_reps)
     return Timing.from_samples(prepared.samples(n), prepared.label)
 
 
@@ -293,17 +151,23 @@ def time_interleaved(fns: Mapping[str, Callable], make_args: Callable[[], Any], 
                      settings: BenchSettings | None = None, *, reps: int | None = None,
                      clock: Callable[[], float] = time.perf_counter) -> dict[str, Timing]:
     """Time several functions on equal inputs (each gets its own `make_args()`), interleaved in
-    `settings.rounds` rounds; every function's samples from all rounds make its Timing."""
+    `settings.rounds` rounds; every function's samples from all rounds make its Timing.
+
+    A function with a `prepare(args, settings)` method is timed elsewhere (a candidate in its
+    runner, `agentloop.benchmark.RemoteCandidate`): what `prepare` returns stands in for the
+    local measurement loop."""
     settings = settings or BenchSettings.for_device(device)
-    prepared: dict[str, _Prepared] = {}
+    prepared: dict[str, Prepared] = {}
     per_round: dict[str, int] = {}
     rounds = max(1, settings.rounds)
     samples: dict[str, list[float]] = {name: [] for name in fns}
     name = ""
     try:
         for name, fn in fns.items():
-            prepared[name] = _Prepared(fn, make_args, device, settings, clock)
-            wanted = reps if reps is not None else prepared[name].reps_for(settings.min_time)
+            prepared[name] = fn.prepare(make_args(), settings) if hasattr(fn, "prepare") else \
+                _prepare(fn, make_args, device, settings, clock)
+            wanted = reps if reps is not None else prepared[name].reps_for(
+                settings.min_time, settings.min_reps, settings.max_reps)
             per_round[name] = math.ceil(wanted / rounds)
         for r in range(rounds):
             for name in round_order(list(fns), r):
@@ -314,12 +178,10 @@ def time_interleaved(fns: Mapping[str, Callable], make_args: Callable[[], Any], 
 
 
 # Error messages --------------------------------------------------------------------------
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
-
-
 def error_line(exc: BaseException) -> str:
-    """The exception's type and the first line of its message."""
-    return f"{type(exc).__name__}: {_first_line(exc)}"
+    """The exception's type and the first line of its message (or its own one-line account)."""
+    described = getattr(exc, "described", None)
+    if isinstance(described, str):
+        return described
+    return f"{type(exc).__name__}: {first_line(exc)}"
 

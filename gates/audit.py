@@ -1,7 +1,8 @@
 """The gates' public API: audit one candidate file against one task and get a Verdict.
 
 The static gate reads the source in this process; every gate that runs candidate code
-(dynamic, correctness with anti-cheat) runs in a sandboxed worker process.
+(dynamic, correctness with anti-cheat) runs in a judge worker process (`gates.sandbox`), which
+runs the candidate in a caged runner of its own (`gates.remote`).
 """
 
 from __future__ import annotations
@@ -104,8 +105,7 @@ def audit(candidate: str | Path, task: Task, gates: Sequence[str] | None = None,
             if gate == "static":
                 results.append(static_result(source, task, candidate))
                 continue
-            job = Job(JOBS[gate], {"candidate": str(candidate.resolve()), "task": task,
-                                   "device": sandbox.device})
+            job = Job(JOBS[gate], {"code": source, "task": task, "device": sandbox.device})
             outcome = sandbox.run(job, timeout)
             if outcome.ok and isinstance(outcome.value, GateResult):
                 results.append(outcome.value)

@@ -13,9 +13,10 @@ from collections.abc import Callable
 import torch
 
 from gates.anticheat import anticheat_findings
-from gates.candidate import CandidateError, candidate_entry, describe_exception
+from gates.candidate import describe_exception
 from gates.contract import Task, Tolerance
 from gates.reference import as_outputs, make_inputs, reference_fn
+from gates.remote import RemoteEntry, Runner, run_gate
 from gates.verdict import Finding, GateResult
 
 MAX_FINDINGS = 3
@@ -144,25 +145,24 @@ def correctness_gate(fn: Callable, task: Task, device: str, *,
                       seconds=time.perf_counter() - start)
 
 
-def correctness_job(candidate: str, task: Task, device: str) -> GateResult:
-    """The correctness gate and the anti-cheat checks as one sandbox job."""
+def correctness_job(code: str, task: Task, device: str) -> GateResult:
+    """The correctness gate and the anti-cheat checks as one sandbox job; the candidate runs in
+    a caged runner (`gates.remote`), the comparisons here."""
     start = time.perf_counter()
-    try:
-        loaded, fn = candidate_entry(candidate, task.entry)
-    except CandidateError as exc:
-        return GateResult(gate="correctness", passed=False, error=str(exc),
-                          seconds=time.perf_counter() - start)
-    # Anti-cheat first, on fresh state: a result cache filled by the correctness runs would
-    # otherwise hide behind them.
-    try:
-        cheats = anticheat_findings(fn, loaded, task, device)
-    except Exception as exc:  # noqa: BLE001 - the candidate failed during the checks
-        cheats = []
-        result = GateResult(gate="correctness", passed=False, error=describe_exception(exc))
-    else:
-        result = correctness_gate(fn, task, device)
-    findings = cheats + result.findings
-    passed = result.passed and not any(f.severity == "error" for f in findings)
-    return result.model_copy(update={"findings": findings, "passed": passed,
-                                     "seconds": time.perf_counter() - start})
 
+    def body(runner: Runner, import_changes: list[str]) -> GateResult:
+        # Anti-cheat first, on fresh state: a result cache filled by the correctness runs would
+        # otherwise hide behind them.
+        try:
+            cheats = anticheat_findings(runner, import_changes, task, device)
+        except Exception as exc:  # noqa: BLE001 - the candidate failed during the checks
+            cheats = []
+            result = GateResult(gate="correctness", passed=False, error=describe_exception(exc))
+        else:
+            result = correctness_gate(RemoteEntry(runner), task, device)
+        findings = cheats + result.findings
+        passed = result.passed and not any(f.severity == "error" for f in findings)
+        return result.model_copy(update={"findings": findings, "passed": passed,
+                                         "seconds": time.perf_counter() - start})
+
+    return run_gate("correctness", code, task, device, body)

@@ -18,7 +18,7 @@ import torch
 from pydantic import BaseModel
 
 from gates.batching import RowPools, as_bits
-from gates.candidate import CandidateError, candidate_entry, describe_exception
+from gates.candidate import describe_exception
 from gates.contract import Task
 from gates.plan import (
     CPU_SINGLES,
@@ -34,6 +34,7 @@ from gates.plan import (
     plan_elements,
 )
 from gates.reference import as_outputs, reference_fn
+from gates.remote import RemoteEntry, run_gate
 from gates.verdict import Counterexample, GateResult
 
 
@@ -120,14 +121,11 @@ def plan_size(task: Task, device: str, seed: int = 0) -> PlanSize:
     return PlanSize(calls=calls, rows=rows, generated=generated)
 
 
-def dynamic_job(candidate: str, task: Task, device: str, seed: int = 0) -> GateResult:
-    """The dynamic gate as a sandbox job: load the candidate in the worker, then run the gate."""
-    start = time.perf_counter()
-    try:
-        _, fn = candidate_entry(candidate, task.entry)
-    except CandidateError as exc:
-        return GateResult(gate="dynamic", passed=False, error=str(exc), seconds=time.perf_counter() - start)
-    return dynamic_gate(fn, task, device, seed=seed)
+def dynamic_job(code: str, task: Task, device: str, seed: int = 0) -> GateResult:
+    """The dynamic gate as a sandbox job: the candidate runs in a caged runner
+    (`gates.remote`), the gate here."""
+    return run_gate("dynamic", code, task, device,
+                    lambda runner, _: dynamic_gate(RemoteEntry(runner), task, device, seed=seed))
 
 
 def batch_variant_copy(task: Task) -> Callable:

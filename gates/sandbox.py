@@ -1,16 +1,18 @@
-"""Child-process isolation for candidate code.
+"""Judge worker processes: where the gates run, next to (never inside) the candidate's runner.
 
-A `Sandbox` is one persistent worker process bound to one device. It loads candidate files
-(`gates.candidate`) and runs jobs (module-level functions, e.g. a gate) in itself, one at a
-time, each with a timeout. The parent never runs candidate code and never dies with it: a job
-that hangs is killed and reported as "timed out after N s"; a worker that crashes (segfault,
-CPU-time limit, out of memory) or whose CUDA context is left corrupted is killed and replaced,
-and the next job runs in a fresh worker. A pool keeps N sandboxes (one per GPU, a configurable
-number on CPU).
+A `Sandbox` is one persistent worker process bound to one device. It runs jobs (module-level
+functions, e.g. a gate) one at a time, each with a timeout. The worker is the judge: it never
+imports candidate code; each job hands the candidate to a caged runner process of its own
+(`gates.remote`, `gates.runner`) and judges what comes back. The parent never dies with a
+worker: a job that hangs is killed and reported as "timed out after N s"; a worker that crashes
+or whose CUDA context is left corrupted is killed and replaced (and whatever its runners left
+is swept), and the next job runs in a fresh worker. A pool keeps N sandboxes (one per GPU, a
+configurable number on CPU).
 
-The worker runs with a temporary working directory, its stdout/stderr sent to a log file there
-(so candidate prints never reach the parent's output), an address-space limit on CPU (CUDA
-needs a huge address space) and a CPU-time limit per job.
+The worker runs with an environment without secrets (`gates.environment.judge_environ`), a
+temporary working directory, its stdout/stderr sent to a log file there, an address-space limit
+on CPU and a CPU-time limit per job. Its results come back pickled, and the parent unpickles
+only the result types of the gates and the benchmark (`_ResultUnpickler`).
 
 This module imports no torch or triton at import time, so the parent stays light.
 """
@@ -38,7 +40,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gates.candidate import describe_exception, restore_torch_global_state, torch_global_state
+from gates.environment import judge_environ
+from gates.runner.loader import describe_exception
+from gates.runner_process import sweep_judge
 
 JobStatus = Literal["ok", "error", "timeout", "crash"]
 LOG_NAME = "worker.log"
@@ -97,7 +101,8 @@ class Sandbox:
     """
 
     def __init__(self, device: str = "cpu", *, limits: WorkerLimits | None = None,
-                 start_timeout: float = 300.0, env: dict[str, str] | None = None) -> None:
+                 start_timeout: float = 300.0, env: dict[str, str] | None = None,
+                 spare_runner: bool = False) -> None:
         if device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", device):
             raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
         self.requested_device = device
@@ -112,12 +117,14 @@ class Sandbox:
         self._ready = False
         self._finalizer: weakref.finalize | None = None
         self._cpu_seconds: float | None = None
+        self.spare_runner = spare_runner
+        """Keep a runner booting for the next candidate (pools; not worth it for one audit)."""
         self.restarts = 0
         self._start()
 
     # Lifecycle ----------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = judge_environ(os.environ)
         env.update(self._extra_env)
         if self.device == "cpu":
             # Triton kernels can only run on a CPU through its interpreter.
@@ -149,7 +156,8 @@ class Sandbox:
             memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         self._conn.send({"sys_path": [os.path.abspath(p) if p in ("", ".") else p for p in sys.path],
                          "device": self.device, "memory_bytes": memory if self.device == "cpu" else None,
-                         "parent": os.getpid(),
+                         "parent": os.getpid(), "spare": self.spare_runner,
+                         "runner_memory_bytes": self.limits.memory_bytes,
                          "log": str(self._workdir / LOG_NAME)})
         self._ready = False
         self._finalizer = weakref.finalize(self, _destroy, self._proc, self._conn, self._workdir)
@@ -191,8 +199,8 @@ class Sandbox:
             return None
         if self._conn.poll(self.start_timeout):
             try:
-                message = self._conn.recv()
-            except (EOFError, OSError):
+                message = _ResultUnpickler.loads(self._conn.recv_bytes())
+            except (EOFError, OSError, pickle.UnpicklingError):
                 message = None
             if message and message[0] == "ready":
                 self._ready = True
@@ -215,7 +223,7 @@ class Sandbox:
         self._cpu_seconds = cpu
         start = time.perf_counter()
         try:
-            self._conn.send(("run", job.fn, job.kwargs, cpu))
+            self._conn.send(("run", job.fn, job.kwargs, cpu, timeout))
         except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
             if isinstance(exc, OSError):
                 error = f"worker crashed: {self._death()}"
@@ -227,7 +235,7 @@ class Sandbox:
             return JobResult(status="timeout", error=f"timed out after {timeout:g} s",
                              seconds=time.perf_counter() - start, restarted=True)
         try:
-            _, status, value, error, seconds, fatal = self._conn.recv()
+            _, status, value, error, seconds, fatal = _ResultUnpickler.loads(self._conn.recv_bytes())
         except Exception as exc:  # noqa: BLE001 - EOF: the worker died; else an unreadable result
             crashed = isinstance(exc, (EOFError, OSError))
             error = f"worker crashed: {self._death()}" if crashed else f"job result unreadable: {exc}"
@@ -250,7 +258,8 @@ class Sandbox:
 
 
 def _destroy(proc: subprocess.Popen, conn: Connection, workdir: Path) -> None:
-    """Kill the worker's process group (it may have started compilers) and remove its files."""
+    """Kill the worker's process group (it may have started compilers) and whatever its runners
+    left, and remove its files."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -259,6 +268,7 @@ def _destroy(proc: subprocess.Popen, conn: Connection, workdir: Path) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pass
+    sweep_judge(proc.pid)
     conn.close()
     shutil.rmtree(workdir, ignore_errors=True)
 
@@ -294,6 +304,29 @@ def describe_exit(code: int, log_tail: str, cpu_seconds: float | None = None) ->
     if code >= 0 and last:
         detail = f": {last[-1][:300]}"
     return f"{what}{where}{detail}"
+
+
+class _ResultUnpickler(pickle.Unpickler):
+    """Unpickles what a judge worker sends back, and refuses any other class: results are data
+    (pydantic models of the gates and the benchmark, builtins), never something to call."""
+
+    SAFE_MODULES = ("gates.verdict", "agentloop.benchmark", "agentloop.timer", "pydantic", "pydantic_core",
+                    "collections", "datetime")
+    SAFE_BUILTINS = {"dict", "list", "tuple", "set", "frozenset", "str", "bytes", "int", "float", "bool",
+                     "complex", "NoneType", "slice", "range"}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module == "builtins" and name in self.SAFE_BUILTINS) or module in self.SAFE_MODULES or \
+                (module == "copyreg" and name in ("__newobj__", "__newobj_ex__", "_reconstructor")) or \
+                module.startswith(tuple(m + "." for m in self.SAFE_MODULES)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"a worker result may not contain {module}.{name}")
+
+    @classmethod
+    def loads(cls, data: bytes) -> Any:
+        import io
+
+        return cls(io.BytesIO(data)).load()
 
 
 # The worker process ----------------------------------------------------------------------
@@ -342,6 +375,12 @@ def _exit_with(parent: int, workdir: str) -> None:
     (killed without a chance to stop it), even in the middle of a hanging job."""
     while os.getppid() == parent:
         time.sleep(1.0)
+    try:
+        from gates import remote
+
+        remote.RUNNERS.close()
+    except Exception:  # noqa: BLE001, S110 - leaving anyway; the runners die with this process
+        pass
     shutil.rmtree(workdir, ignore_errors=True)
     os._exit(1)
 
@@ -374,7 +413,12 @@ def _worker_main() -> None:
     except BaseException as exc:  # noqa: BLE001
         conn.send(("boot-error", describe_exception(exc)))
         return
-    baseline = torch_global_state()
+    from gates import remote
+    from gates.contract import tasks_dir
+
+    remote.RUNNERS.keep_spare = bool(config.get("spare"))
+    remote.RUNNERS.memory_bytes = config.get("runner_memory_bytes")
+    remote.RUNNERS.prestart(config["device"], [str(tasks_dir().resolve())])
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -382,9 +426,11 @@ def _worker_main() -> None:
         except (EOFError, OSError):
             return
         if message[0] == "stop":
+            remote.RUNNERS.close()
             return
-        _, fn, kwargs, cpu_seconds = message
+        _, fn, kwargs, cpu_seconds, timeout = message
         _set_cpu_limit(cpu_seconds)
+        remote.set_deadline(timeout - min(5.0, 0.1 * timeout), timeout)  # before the parent gives up
         start = time.perf_counter()
         status, value, error, fatal = "ok", None, None, False
         try:
@@ -396,7 +442,6 @@ def _worker_main() -> None:
             if broken:
                 status, fatal = "error", True
                 error = error or f"CUDA context corrupted: {broken}"
-        restore_torch_global_state(baseline)
         seconds = time.perf_counter() - start
         try:
             conn.send(("done", status, value, error, seconds, fatal))

@@ -1,20 +1,32 @@
-"""Anti-cheat checks on real kernel files that cheat, each in one recognisable way."""
+"""Anti-cheat checks on real kernel files that cheat, each in one recognisable way; each runs
+in a caged runner, as in an evaluation."""
 
 from pathlib import Path
 
 import pytest
 
 from gates.anticheat import anticheat_findings
-from gates.candidate import candidate_entry
+from gates.candidate import CandidateError
 from gates.contract import get_task
+from gates.remote import CandidateFailure, Runner, reference_dirs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rms_norm"
 RMS = get_task("rms_norm")
 
 
 def findings(name):
-    loaded, fn = candidate_entry(FIXTURES / f"{name}.py", RMS.entry)
-    return anticheat_findings(fn, loaded, RMS, "cpu")
+    runner = Runner("cpu", reference_dirs=reference_dirs(RMS))
+    try:
+        try:
+            changes = runner.load((FIXTURES / f"{name}.py").read_text(), RMS.entry)
+        except CandidateError:
+            return runner.take_findings()
+        try:
+            return anticheat_findings(runner, changes, RMS, "cpu") + runner.take_findings()
+        except CandidateFailure:  # the candidate raised: what the runner saw is the finding
+            return runner.take_findings()
+    finally:
+        runner.stop()
 
 
 def test_honest_kernel_has_no_findings():
@@ -26,7 +38,7 @@ def test_honest_kernel_has_no_findings():
     ("aliases_input", "AC004", "output out shares memory with input x"),
     ("caches_by_shape", "AC002", "cached by shape"),
     ("reuses_output", "AC002", "overwrote the result of its previous call"),
-    ("calls_reference", "AC003", "runs the task's reference (rms_norm in reference.py)"),
+    ("calls_reference", "AC003", "tried to read the task's reference files"),
     ("sets_tf32", "AC006", "torch.backends.cuda.matmul.allow_tf32: False -> True"),
 ])
 def test_cheat_is_rejected(name, rule, text):
@@ -39,10 +51,3 @@ def test_cheat_is_rejected(name, rule, text):
 def test_no_kernel_is_only_a_warning():
     found = findings("torch_only")
     assert [(f.rule, f.severity) for f in found] == [("AC005", "warning")]
-
-
-def test_global_state_is_restored_after_loading():
-    import torch
-
-    findings("sets_tf32")
-    assert torch.backends.cuda.matmul.allow_tf32 is False

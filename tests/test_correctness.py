@@ -51,9 +51,9 @@ def test_candidate_exception_is_an_error_naming_the_case():
 
 
 def test_job_merges_anticheat_findings():
-    result = correctness_job(str(FIXTURES / "mutates_input.py"), RMS, "cpu")
+    result = correctness_job((FIXTURES / "mutates_input.py").read_text(), RMS, "cpu")
     assert not result.passed and [f.rule for f in result.findings][:1] == ["AC001"]
-    assert correctness_job(str(FIXTURES / "torch_only.py"), RMS, "cpu").passed  # a warning only
+    assert correctness_job((FIXTURES / "torch_only.py").read_text(), RMS, "cpu").passed  # a warning only
 
 
 def test_compare_output_special_values():

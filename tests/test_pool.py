@@ -80,7 +80,7 @@ def test_static_stage_runs_in_the_caller_on_source_only(pool):
 @pytest.mark.parametrize(("fixture", "expected"), [
     ("no_entry", "candidate.py: no entry function 'rms_norm'"),
     ("bad_arange", "first call at bfloat16 H=256 T=1 raised InterpreterError"),
-    ("opens_socket", "NetworkDisabled: network access is disabled in evaluation workers "
+    ("opens_socket", "Refused: network access is disabled in evaluations (socket.getaddrinfo) "
                      "(at candidate.py line 9)"),
 ])
 def test_compile_stage_reports_why_a_candidate_cannot_run(pool, fixture, expected):
@@ -97,9 +97,9 @@ def test_a_stage_timeout_stops_the_candidate_and_the_pool_goes_on(pool):
     stages = ("compile", "dynamic", "correctness")
     outcomes = pool.evaluate(code("hang_large_batch"), TASK, settings, stages=stages)
     assert [(o.stage, o.passed) for o in outcomes] == [("compile", True), ("dynamic", False)]
-    assert outcomes[-1].error == "timed out after 4 s; worker replaced"
+    assert outcomes[-1].error.startswith("timed out after 4 s; in batch")
     assert outcomes[-1].gate.error == outcomes[-1].error
-    assert pool.restarts == before + 1
+    assert pool.restarts == before  # the judge stopped the candidate's runner and lives on
     assert pool.evaluate_stage(code("rms_norm_rows"), TASK, "compile", settings).passed
 
 
@@ -111,17 +111,15 @@ def test_hang_crash_and_memory_exhaustion_are_reported_and_the_pool_carries_on()
         assert pool.evaluate_stage(good, TASK, "compile", settings).passed
 
         hang = pool.evaluate_stage(code("hang"), TASK, "compile", settings)
-        assert not hang.passed and hang.error == "timed out after 5 s; worker replaced"
+        assert not hang.passed and hang.error == "first call at bfloat16 H=256 T=1 raised timed out after 5 s"
         assert pool.evaluate_stage(good, TASK, "compile", settings).passed
-        (second_pid,) = pool.pids()
-        assert second_pid != first_pid
 
         crash = pool.evaluate_stage(code("segfault"), TASK, "compile", settings)
         assert not crash.passed
-        assert crash.error == ("worker crashed: SIGSEGV (segmentation fault) at candidate.py line 9; "
-                               "worker replaced")
+        assert crash.error == ("first call at bfloat16 H=256 T=1 raised the candidate's process died: "
+                               "SIGSEGV (segmentation fault (a stack overflow or a bad memory access)) at "
+                               "candidate.py line 9")
         assert pool.evaluate_stage(good, TASK, "compile", settings).passed
-        assert pool.pids() != [second_pid]
 
         hog = pool.evaluate_stage(code("memory_hog"), TASK, "compile", settings)
         assert not hog.passed
@@ -129,13 +127,15 @@ def test_hang_crash_and_memory_exhaustion_are_reported_and_the_pool_carries_on()
         assert "can't allocate memory" in hog.error and "(at candidate.py line 9)" in hog.error
         outcomes = pool.evaluate(good, TASK, settings, stages=("compile", "correctness"))
         assert [(o.stage, o.passed) for o in outcomes] == [("compile", True), ("correctness", True)]
-        assert pool.restarts == 2
+        # The judge worker outlived every one of them: only the candidates' runners were stopped.
+        assert pool.restarts == 0 and pool.pids() == [first_pid]
 
 
 def test_several_threads_share_the_pool(tmp_path, monkeypatch):
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-    monkeypatch.setenv("POOL_TEST_BARRIER", str(barrier))
+    barrier.chmod(0o777)  # runners write there under uids of their own
+    monkeypatch.setenv("AGENTLOOP_RUNNER_SHARED_DIR", str(barrier))
     # The variable must reach the workers: start a pool of its own after setting it.
     with WorkerPool("cpu", workers=2) as shared:
         assert len(set(shared.warm_up())) == 2
@@ -168,7 +168,8 @@ def test_a_benchmark_runs_alone_on_its_device_when_exclusive(tmp_path, monkeypat
     that shows the check can see an overlap)."""
     stamps = tmp_path / "stamps"
     stamps.mkdir()
-    monkeypatch.setenv("POOL_TEST_STAMPS", str(stamps))
+    stamps.chmod(0o777)  # runners write there under uids of their own
+    monkeypatch.setenv("AGENTLOOP_RUNNER_SHARED_DIR", str(stamps))
     with WorkerPool("cpu", workers=2, exclusive_benchmark=exclusive) as shared:
         shared.warm_up()
         bench = threading.Thread(target=shared.evaluate_stage,

@@ -47,7 +47,7 @@ def call_candidate(path: str) -> object:
     from gates.candidate import candidate_entry
 
     _, fn = candidate_entry(path, "rms_norm")
-    return fn(torch.ones(2, 8), torch.ones(8), 1e-6).shape
+    return tuple(fn(torch.ones(2, 8), torch.ones(8), 1e-6).shape)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_hang_times_out_and_the_next_job_runs_in_a_fresh_worker(sandbox):
     before = sandbox.pid
     task = get_task("rms_norm")
     start = time.monotonic()
-    job = Job("gates.dynamic:dynamic_job", {"candidate": str(FIXTURES / "hang.py"), "task": task,
+    job = Job("gates.dynamic:dynamic_job", {"code": (FIXTURES / "hang.py").read_text(), "task": task,
                                             "device": "cpu"})
     result = sandbox.run(job, timeout=2)
     assert time.monotonic() - start < 20
@@ -110,7 +110,7 @@ def test_segfault_is_reported_with_its_line_and_the_parent_lives_on(sandbox):
 
 def test_gate_jobs_return_gate_results(sandbox):
     task = get_task("rms_norm")
-    job = Job("gates.correctness:correctness_job", {"candidate": str(FIXTURES / "import_error.py"),
+    job = Job("gates.correctness:correctness_job", {"code": (FIXTURES / "import_error.py").read_text(),
                                                     "task": task, "device": "cpu"})
     result = sandbox.run(job, timeout=60)
     assert result.ok and isinstance(result.value, GateResult)
@@ -156,7 +156,7 @@ def test_worker_and_its_directory_end_when_its_parent_is_killed_mid_job(tmp_path
         "from gates.sandbox import Sandbox\n"
         "box = Sandbox('cpu')\n"
         "box.run(__import__('gates.sandbox').sandbox.Job.of('os:getpid'), 60)\n"
-        "box._conn.send(('run', 'test_sandbox:spin', {'seconds': 600}, 600))\n"
+        "box._conn.send(('run', 'test_sandbox:spin', {'seconds': 600}, 600, 600))\n"
         "print(box.pid, box.workdir, flush=True)\n"
         "time.sleep(600)\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}

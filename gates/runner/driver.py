@@ -1,0 +1,365 @@
+"""The runner's driver: the loop that holds one candidate and calls it for the judge.
+
+Started by `gates.remote.RunnerProcess` as `python -I -c BOOT CONFIG FD`; it cages itself
+(`gates.runner.cage`), imports torch and triton, installs the audit hook and says "ready".
+Then, one request at a time over its socket (`gates.runner.wire`): load the candidate, call
+its entry on inputs read from the shared arena, or run the measurement loop on it. For a call
+it reports each output's header (dtype, shape, strides, device, exact type), waits for the
+judge to say where in the arena the outputs go, copies them there and reports what else it
+saw: inputs the call wrote to, outputs that alias an input or changed after the call
+returned, threads left running, torch settings changed, functions replaced, Triton launches.
+
+All of that is a report from a process the candidate controls: the judge trusts none of it
+to accept anything. It judges the bytes it finds in the arena; the report can only add
+findings.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from gates.runner import cage, hooks, loader, timing, wire
+
+CANDIDATE_NAME = "candidate.py"
+DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8",
+               "bool", "float8_e4m3fn", "float8_e5m2")
+
+
+def dtype_table(torch: Any) -> dict[str, Any]:
+    """Wire name -> torch dtype, for the dtypes this torch has."""
+    return {n: getattr(torch, n) for n in DTYPE_NAMES if hasattr(torch, n)}
+
+
+class Arena:
+    """The runner's mapping of the judge's shared-memory arena (a memfd it sends)."""
+
+    def __init__(self, torch: Any, fd: int | None = None, size: int = 0) -> None:
+        self.size, self.bytes = 0, None
+        if fd is not None:
+            self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            os.close(fd)
+            self.size = size
+            self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
+
+    def view(self, offset: int, dtype: Any, shape: list[int], itemsize: int) -> Any:
+        n = itemsize
+        for d in shape:
+            n *= d
+        if offset < 0 or offset + n > self.size:
+            raise ValueError(f"arena slice {offset}+{n} outside {self.size} bytes")
+        return self.bytes[offset:offset + n].view(dtype).view(shape)
+
+
+class Driver:
+    def __init__(self, sock: socket.socket, cfg: dict, recorder: hooks.Recorder) -> None:
+        import torch
+
+        self.torch, self.sock, self.cfg, self.recorder = torch, sock, cfg, recorder
+        self.device = cfg["device"]
+        self.dtypes = dtype_table(torch)
+        self.arena = Arena(torch)
+        self.late: list[int] = []
+        self.slots: dict[int, Any] = {}
+        self.entry = None
+        self.previous: list[tuple[Any, Any]] = []
+        self.prepared: timing.Prepared | None = None
+        self.launches = [0]
+        self.watched = _watched_functions(torch)
+        self.state = loader.torch_global_state()
+        _count_launches(self.launches)
+
+    # Messages ---------------------------------------------------------------------------
+    def reply(self, header: dict) -> None:
+        header["events"] = self.recorder.take()
+        wire.send(self.sock, header)
+
+    def receive(self) -> dict:
+        while True:
+            header, fds = wire.recv(self.sock, max_fds=1)
+            if header.get("op") == "arena":
+                self.arena = Arena(self.torch, fds[0], int(header["size"]))
+                continue
+            for fd in fds:
+                os.close(fd)
+            return header
+
+    def serve(self) -> None:
+        ops = {"load": self.load, "call": self.call, "bench_prepare": self.bench_prepare,
+               "bench_reps": self.bench_reps, "bench_samples": self.bench_samples,
+               "bench_reveal": self.bench_reveal, "report": lambda m: self.reply({"op": "report"})}
+        while True:
+            try:
+                message = self.receive()
+            except wire.WireError:
+                return
+            if message.get("op") == "stop":
+                return
+            ops[message["op"]](message)
+
+    # Loading ----------------------------------------------------------------------------
+    def load(self, message: dict) -> None:
+        if self.entry is not None:
+            self.reply({"op": "loaded", "error": "a runner holds one candidate"})
+            return
+        folder = os.path.join(self.cfg["workdir"], "candidate")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, CANDIDATE_NAME)
+        with open(path, "w") as f:
+            f.write(message["code"])
+        try:
+            _, self.entry = loader.candidate_entry(path, message["entry"])
+            changes = loader.load_candidate(path).state_changes
+            error = None
+        except loader.CandidateError as exc:
+            changes, error = [], str(exc).replace(folder + os.sep, "")
+        self.check_tampering()
+        self.reply({"op": "loaded", "error": error, "state_changes": changes})
+
+    def check_tampering(self) -> None:
+        for name, (owner, attr, original) in self.watched.items():
+            if getattr(owner, attr, None) is not original:
+                self.recorder.add("SB008", f"the candidate replaced {name}")
+                setattr(owner, attr, original)  # so the driver's own copies stay honest
+
+    # Calls ------------------------------------------------------------------------------
+    def tensor_args(self, specs: list[dict]) -> tuple[list[Any], list[tuple[int, Any, Any]]]:
+        """The call's arguments, tensors copied from the arena into slots (one per judge
+        tensor, kept across calls so identity-based caching behaves as it would in-process),
+        and for each tensor the view of the arena that holds its original contents."""
+        torch, args, tensors = self.torch, [], []
+        for i, spec in enumerate(specs):
+            if spec["t"] != "tensor":
+                args.append(spec.get("v"))
+                continue
+            dtype = self.dtypes[spec["dtype"]]
+            view = self.arena.view(int(spec["off"]), dtype, list(spec["shape"]), _itemsize(torch, dtype))
+            slot = self.slots.get(spec["slot"])
+            if slot is None or slot.dtype != dtype or list(slot.shape) != list(spec["shape"]):
+                slot = torch.empty(view.shape, dtype=dtype, device=self.device)
+                self.slots[spec["slot"]] = slot
+            slot.copy_(view)
+            args.append(slot)
+            tensors.append((i, slot, view))
+        return args, tensors
+
+    def call(self, message: dict) -> None:
+        for slot in message.get("free", []):
+            self.slots.pop(slot, None)
+        try:
+            args, tensors = self.tensor_args(message["args"])
+        except (KeyError, ValueError, TypeError) as exc:
+            self.reply({"op": "result", "error": f"bad call from the judge: {exc}", "outs": []})
+            return
+        pristine = [(i, t, v if self.device == "cpu" else t.clone()) for i, t, v in tensors]
+        threads = threading.active_count()
+        launches = self.launches[0]
+        state = loader.torch_global_state()
+        try:
+            result = self.entry(*args)
+            error = None
+        except BaseException as exc:  # noqa: BLE001 - whatever the candidate raises is the result
+            result, error = None, loader.describe_exception(exc)
+        changed = [f"{k}: {state[k]!r} -> {v!r}" for k, v in loader.torch_global_state().items()
+                   if state.get(k) != v]
+        loader.restore_torch_global_state(self.state)
+        self.check_tampering()
+        track = bool(message.get("track"))
+        outs = self.deliver(result, error, extra={
+            "state_changes": changed, "launches": self.launches[0] - launches,
+            "reused": track and self.outputs_overwritten()})
+        if outs is None:
+            return
+        mutated = []
+        for i, t, original in pristine:
+            if not _same_bits(self.torch, t, original):
+                mutated.append(i)
+                view = next(v for j, _, v in tensors if j == i)
+                view.copy_(t)  # the judge mirrors the write into its own tensor
+        storage = lambda t: t.untyped_storage().data_ptr()
+        aliases = [[k, i] for k, out in enumerate(outs) if _is_tensor(self.torch, out)
+                   for i, t, _ in tensors if storage(out) == storage(t)]
+        if threading.active_count() > threads:
+            self.recorder.add("SB004", "the candidate left a thread running after its call returned")
+        if track:
+            self.previous = [(o, o.clone()) for o in outs if _is_tensor(self.torch, o)]
+        self.reply({"op": "placed", "mutated": mutated, "aliases": aliases, "late": self.late})
+
+    def outputs_overwritten(self) -> bool:
+        return any(not _same_bits(self.torch, o, copy) for o, copy in self.previous)
+
+    def deliver(self, result: Any, error: str | None, extra: dict) -> list[Any] | None:
+        """Send the outputs' headers, copy them where the judge says, and check that they stay
+        as copied once the device is idle (work left running after return would change them)."""
+        torch = self.torch
+        self.late = []
+        if error is not None:
+            self.reply({"op": "result", "error": error, "outs": [], **extra})
+            return None
+        outs = list(result) if isinstance(result, (tuple, list)) else [result]
+        headers = []
+        for out in outs:
+            if isinstance(out, torch.Tensor) and out.layout == torch.strided and not out.is_meta and \
+                    str(out.dtype).removeprefix("torch.") in self.dtypes:
+                headers.append({"t": "tensor", "dtype": str(out.dtype).removeprefix("torch."),
+                                "shape": list(out.shape), "strides": list(out.stride()),
+                                "device": out.device.type,
+                                "subclass": None if type(out) is torch.Tensor else type(out).__name__[:80]})
+            else:
+                headers.append({"t": "other", "type": type(out).__name__[:80]})
+        self.reply({"op": "result", "error": None, "outs": headers, **extra})
+        place = self.receive()
+        if place.get("op") != "place":
+            return None
+        offsets = place["offsets"]
+        copies = []
+        for k, (out, header, off) in enumerate(zip(outs, headers, offsets, strict=True)):
+            if header["t"] != "tensor" or off is None:
+                continue
+            dtype = self.dtypes[header["dtype"]]
+            dst = self.arena.view(int(off), dtype, header["shape"], _itemsize(torch, dtype))
+            dst.copy_(torch.Tensor.detach(out))
+            copies.append((k, out, dst))
+        if self.device != "cpu":
+            torch.cuda.synchronize()
+        else:
+            time.sleep(0.001)
+        self.late = [k for k, out, dst in copies if not _same_bits(torch, torch.Tensor.detach(out), dst)]
+        return outs
+
+    # Benchmark --------------------------------------------------------------------------
+    def bench_prepare(self, message: dict) -> None:
+        self.prepared = None
+        try:
+            args, _ = self.tensor_args(message["args"])
+            measure = timing.Measure(**message["measure"])
+            entry = self.entry
+            self.prepared = timing.Prepared(lambda: entry(*args), self.device, measure, keep=True)
+            self.reply({"op": "prepared", "error": None, "label": self.prepared.label})
+        except BaseException as exc:  # noqa: BLE001
+            self.reply({"op": "prepared", "error": loader.describe_exception(exc)})
+
+    def bench_reps(self, message: dict) -> None:
+        try:
+            reps = self.prepared.reps_for(float(message["seconds"]), int(message["min"]), int(message["max"]))
+            self.reply({"op": "reps", "reps": reps, "error": None})
+        except BaseException as exc:  # noqa: BLE001
+            self.reply({"op": "reps", "reps": 0, "error": loader.describe_exception(exc)})
+
+    def bench_samples(self, message: dict) -> None:
+        try:
+            samples = self.prepared.samples(int(message["n"]))
+            self.reply({"op": "samples", "samples": samples, "error": None})
+        except BaseException as exc:  # noqa: BLE001
+            self.reply({"op": "samples", "samples": [], "error": loader.describe_exception(exc)})
+
+    def bench_reveal(self, message: dict) -> None:
+        kept = self.prepared.kept if self.prepared else []
+        index = int(message["index"])
+        if not 0 <= index < len(kept):
+            self.reply({"op": "result", "error": f"no timed call {index} kept", "outs": []})
+            return
+        if self.deliver(kept[index], None, extra={}) is not None:
+            self.reply({"op": "placed", "mutated": [], "aliases": [], "late": self.late})
+
+
+def _itemsize(torch: Any, dtype: Any) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _is_tensor(torch: Any, x: Any) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def _bits(torch: Any, t: Any) -> Any:
+    t = torch.Tensor.detach(t)
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    if t.is_floating_point():
+        return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t
+
+
+def _same_bits(torch: Any, a: Any, b: Any) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.device != b.device:
+        a, b = a.cpu(), b.cpu()
+    return bool(torch.equal(_bits(torch, a), _bits(torch, b)))
+
+
+def _watched_functions(torch: Any) -> dict[str, tuple[Any, str, Any]]:
+    """Functions the driver relies on or the candidate has reason to replace."""
+    import builtins
+
+    out = {}
+    for owner, prefix, names in (
+            (torch, "torch.", ("equal", "allclose", "isclose", "empty", "empty_like", "zeros", "cat",
+                               "frombuffer", "testing")),
+            (torch.Tensor, "torch.Tensor.", ("copy_", "clone", "view", "detach", "cpu", "to", "__eq__",
+                                             "untyped_storage", "data_ptr", "stride", "contiguous")),
+            (builtins, "builtins.", ("isinstance", "type", "len", "getattr", "open", "__import__",
+                                     "print", "zip", "list")),
+            (json, "json.", ("dumps", "loads")), (wire, "gates.runner.wire.", ("send", "recv"))):
+        for name in names:
+            if hasattr(owner, name):
+                out[prefix + name] = (owner, name, getattr(owner, name))
+    return out
+
+
+def _count_launches(counter: list[int]) -> None:
+    """Count Triton kernel launches (the AC005 warning), on the classes the candidate's
+    kernels will be instances of."""
+    for module, name in (("triton.runtime.jit", "JITFunction"), ("triton.runtime.interpreter",
+                                                                  "InterpretedFunction")):
+        try:
+            cls = getattr(__import__(module, fromlist=[name]), name)
+        except (ImportError, AttributeError):
+            continue
+        original = getattr(cls, "run", None)
+        if original is None:
+            continue
+
+        def counting(self, *args, _original=original, **kwargs):
+            if not kwargs.get("warmup"):
+                counter[0] += 1
+            return _original(self, *args, **kwargs)
+
+        cls.run = counting
+
+
+def main() -> None:
+    """The runner process: cage, warm up, serve."""
+    fd, cfg = int(sys.argv[1]), json.loads(sys.argv[2])
+    sock = socket.socket(fileno=fd)
+    try:
+        iso = cage.enter(cfg["workdir"], uid=cfg["uid"], hide=cfg["hide"], keep=cfg["keep"],
+                         memory_bytes=cfg["memory_bytes"], cpu_seconds=cfg["cpu_seconds"],
+                         processes=cfg["processes"], file_bytes=cfg["file_bytes"],
+                         open_files=cfg["open_files"])
+        os.chdir(cfg["workdir"])
+        import faulthandler
+
+        import torch
+        import triton  # noqa: F401 - imported before the candidate, not inside its first call
+
+        faulthandler.enable(all_threads=False)
+        if cfg["device"] != "cpu":
+            torch.zeros(1, device="cuda").add_(1).item()
+        recorder = hooks.Recorder()
+        driver = Driver(sock, cfg, recorder)
+        hooks.install(recorder, workdir=cfg["workdir"], writable=cfg["writable"], hidden=cfg["hide"],
+                      keep=cfg["keep"],
+                      reference_dirs=cfg["reference_dirs"],
+                      candidate_dir=os.path.join(cfg["workdir"], "candidate"))
+    except BaseException as exc:  # noqa: BLE001
+        wire.send(sock, {"op": "boot-error", "error": loader.describe_exception(exc)})
+        return
+    wire.send(sock, {"op": "ready", "pid": os.getpid(), "isolation": iso.as_dict(), "events": []})
+    driver.serve()

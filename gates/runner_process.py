@@ -1,0 +1,185 @@
+"""Runner processes from the outside: what a runner may see, which uid it takes, and how the
+judge finds and kills everything a runner started (by uid when it dropped root, else by the
+marker in its environment). Standard library only; the judge side of the boundary."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+UID_SLOTS = 4
+"""Runner uids a judge process cycles through (a runner and its spare at most are alive)."""
+
+
+# Where the runner may look ---------------------------------------------------------------
+def project_root() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def keep_paths() -> list[str]:
+    """What the runner needs to see: Python's prefixes and import path, without the project."""
+    project = project_root()
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    out = set(prefixes)
+    for p in sys.path:
+        if not p or not os.path.exists(p):
+            continue
+        real = os.path.realpath(p)
+        inside_project = real == project or real.startswith(project + "/")
+        if inside_project and not any(real.startswith(x + "/") for x in prefixes):
+            continue
+        out.add(real)
+    exe = os.path.realpath(sys.executable)
+    out.add(os.path.dirname(os.path.dirname(exe)))
+    return sorted(out)
+
+
+def hidden_paths(reference_dirs: list[str]) -> list[str]:
+    project = project_root()
+    parent = os.path.dirname(project)
+    home = os.path.expanduser("~")
+    out = [project, "/root", "/home", home, "/tmp", "/var/tmp", "/dev/shm", *reference_dirs]
+    if parent != "/":
+        out.append(parent)
+    return sorted({os.path.realpath(p) for p in out if os.path.isdir(p)})
+
+
+def _uid_range() -> tuple[int, int]:
+    """(first uid, how many) the runners may take, inside this process's user namespace map."""
+    try:
+        spans = [tuple(map(int, ln.split())) for ln in Path("/proc/self/uid_map").read_text().splitlines()]
+    except OSError:
+        spans = []
+    for inside, _, count in spans:
+        if count >= 2**24:
+            return inside + 1_000_000, 2**22
+    best = max(spans, key=lambda s: s[2], default=(0, 0, 65536))
+    return best[0] + best[2] // 2, max(1, best[2] // 2 - 1)
+
+
+_runner_count = [0]
+
+
+def runner_uid(judge_pid: int, n: int) -> int:
+    """The uid of the judge's `n`th runner."""
+    base, span = _uid_range()
+    return base + (judge_pid * UID_SLOTS + n % UID_SLOTS) % span
+
+
+def next_uid() -> int:
+    _runner_count[0] += 1
+    return runner_uid(os.getpid(), _runner_count[0])
+
+
+# Process bookkeeping ---------------------------------------------------------------------
+def pids_of_uid(uid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            for line in Path(f"/proc/{entry}/status").read_text().splitlines():
+                if line.startswith("Uid:"):
+                    if int(line.split()[1]) == uid:
+                        out.append(int(entry))
+                    break
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def pids_with_marker(marker: str) -> list[int]:
+    """Processes whose environment holds AGENTLOOP_RUNNER=<marker...> (the prefix is enough)."""
+    needle = f"AGENTLOOP_RUNNER={marker}".encode()
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                if needle in Path(f"/proc/{entry}/environ").read_bytes():
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+def kill_uid(uid: int) -> None:
+    """Kill every process of `uid` (kill(-1) from a child that takes that uid)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only makes system calls, then exits
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def rss(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+        meaning = {"SIGSEGV": "segmentation fault (a stack overflow or a bad memory access)",
+                   "SIGXCPU": "CPU-time limit exceeded", "SIGXFSZ": "file-size limit exceeded",
+                   "SIGKILL": "killed", "SIGABRT": "aborted", "SIGBUS": "bus error"}.get(name, "signal")
+        return f"{name} ({meaning})"
+    return f"exit status {code}"
+
+
+def destroy(proc: subprocess.Popen, sock: socket.socket, workdir: str, uid: int, marker: str) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+        proc.wait(timeout=10)
+    except (subprocess.TimeoutExpired, OSError):
+        pass
+    for _ in range(3):
+        pids = pids_of_uid(uid) if uid > 0 else pids_with_marker(marker)
+        if not pids:
+            break
+        if uid > 0:
+            kill_uid(uid)
+        else:
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        time.sleep(0.05)
+    sock.close()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+
+
+def sweep_judge(judge_pid: int) -> None:
+    """Kill whatever the runners of a judge process left behind, after that judge was killed
+    (its own clean-up never ran)."""
+    if os.geteuid() == 0:
+        for n in range(UID_SLOTS):
+            uid = runner_uid(judge_pid, n)
+            if pids_of_uid(uid):
+                kill_uid(uid)
+        return
+    for pid in pids_with_marker(f"{judge_pid}-"):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
