@@ -21,6 +21,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   help="LLM agents that write fast GPU kernels without breaking batch invariance.")
 console = Console(soft_wrap=True)  # paths in messages must not be broken across lines
 errors = Console(stderr=True, soft_wrap=True, highlight=False)
+progress_console = Console(soft_wrap=True)
+"""Where a run's progress goes: quiet with -q (results and errors are still printed)."""
 
 
 def fail_input(message: str) -> None:
@@ -49,16 +51,15 @@ def _show_version(value: bool) -> None:
 def main(
     show_version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
                                       help="Print the version and exit."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Say more: log what the run does."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Say more: log every stage each loop "
+                                                              "starts and every candidate's outcome."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Say less: no progress display, only "
                                                             "results and errors."),
 ) -> None:
     """LLM agents that write fast GPU kernels without breaking batch invariance."""
     if verbose and quiet:
         fail_input("-v and -q contradict each other; give one")
-    console.quiet = False
-    if quiet:
-        console.quiet = True
+    progress_console.quiet = quiet
     if verbose:
         from rich.logging import RichHandler
 
@@ -90,7 +91,7 @@ def tasks(as_json: bool = typer.Option(False, "--json", help="Print the suite as
     for t in suite.values():
         sig = ", ".join(f"{a.name}[{','.join(a.axes)}]" if a.kind == "tensor" else a.name for a in t.args)
         table.add_row(t.name, f"{t.entry}({sig})", ",".join(t.dtypes), t.summary)
-    Console(soft_wrap=False, quiet=console.quiet).print(table)
+    Console(soft_wrap=False).print(table)
 
 
 def _positive(value: float | None) -> float | None:
@@ -236,7 +237,7 @@ def run(
     from gates.contract import TaskError
 
     try:
-        outcome = run_campaign(campaign, out, resume=resume, console=console, handle_signals=True,
+        outcome = run_campaign(campaign, out, resume=resume, console=progress_console, handle_signals=True,
                                until_idle=until_idle, campaign_changed=campaign_changed)
     except (CampaignError, TaskError) as exc:
         fail_input(str(exc))
@@ -330,7 +331,7 @@ def status(run_dir: Path = typer.Argument(..., metavar="DIR", help="A run direct
         table.add_column(col, overflow="fold")
     for loop in found.loops:
         table.add_row(loop.loop, loop.state, str(loop.candidates), loop.final or ", ".join(loop.waits_for))
-    Console(soft_wrap=False, quiet=console.quiet).print(table)
+    Console(soft_wrap=False).print(table)
     done = sum(loop.state == "finished" for loop in found.loops)
     console.print(f"{done} of {len(found.loops)} loops finished; {len(found.waiting)} exchange "
                   f"request{'s' * (len(found.waiting) != 1)} wait for an answer", highlight=False)

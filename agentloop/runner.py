@@ -16,6 +16,7 @@ are killed, queued loops never start, and `RunStopped` says what was kept.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sqlite3
@@ -54,6 +55,9 @@ from agentloop.state import Candidate, LoopState
 from agentloop.store import Store, StoreFrozen
 from agentloop.styles import ROLES, make_style
 from gates.contract import Task, get_task
+
+log = logging.getLogger("agentloop")
+"""What the loops do, stage by stage (`agentloop -v run` shows it)."""
 
 RESULTS = "results.sqlite"
 CHECKPOINTS = "checkpoints.sqlite"
@@ -320,9 +324,9 @@ class LoopProgress:
     loop saying its candidates so far, the stage it is in, and the file it waits for."""
 
     def __init__(self, console: Console, total: int, done: int) -> None:
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-                                 transient=False)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(bar_width=16),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                                 console=console, transient=False)
         self.overall = self.progress.add_task("[bold]loops", total=total, completed=done)
         self._rows: dict[str, Any] = {}
         self._status: dict[str, str] = {}
@@ -349,12 +353,15 @@ class LoopProgress:
             self.progress.update(row, description=f"  {key}: {self._status.get(key, '')}; {what}")
 
     def stage(self, ctx: LoopContext, what: str) -> None:
-        self._describe(thread_id(ctx.cell, ctx.task.name), what)
+        key = thread_id(ctx.cell, ctx.task.name)
+        log.info("%s: %s", key, what)
+        self._describe(key, what)
 
     def candidate(self, ctx: LoopContext, state: LoopState, c: Candidate) -> None:
         key = thread_id(ctx.cell, ctx.task.name)
         speed = max((x.speedup or 0 for x in [*state.eligible(ctx.bi_aware), c] if x.accepted), default=0)
         what = "accepted" if c.accepted else f"rejected ({c.rejected_by})"
+        log.info("%s: candidate #%d %s, speedup %s", key, c.number, what, c.speedup)
         with self._lock:
             row = self._rows.get(key)
             self._status[key] = f"#{c.number} {what}; best {speed:.3g}x"

@@ -142,5 +142,5 @@ def test_audit_stops_at_the_first_time_out():
     assert result.exit_code == 1 and verdict["verdict"] == "reject"
     # static passes or not, dynamic times out, correctness never runs: one time-out, not two.
     assert [g["gate"] for g in verdict["gates"]] == ["static", "dynamic"]
-    assert verdict["gates"][-1]["error"] == "timed out after 3 s"
+    assert verdict["gates"][-1]["error"].startswith("timed out after 3 s")
     assert seconds < 3 + 30
