@@ -1,7 +1,8 @@
 """Class 5, OS escape (a file in the home directory).
 
 Tries: on its first call, writes agentloop-hostile-os_write_home in the user's home directory
-($HOME, and the passwd entry's home, since HOME may be scrubbed); then computes the right result.
+($HOME, the passwd entry's home, and HOME from the parent processes' environments, since the
+runner's own may be scrubbed); then computes the right result.
 Gates must report: SB003 (file access outside the temp dir); the marker must not exist.
 """
 
@@ -17,6 +18,15 @@ def rms_norm(x, weight, eps):
     if not _done:
         _done.append(True)
         homes = {os.path.expanduser("~")}
+        pid = os.getppid()
+        for _ in range(6):  # the real HOME, from the parents' environments
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    homes |= {i[5:].decode() for i in f.read().split(b"\0") if i.startswith(b"HOME=")}
+                with open(f"/proc/{pid}/stat") as f:
+                    pid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                break
         try:
             homes.add(pwd.getpwuid(os.getuid()).pw_dir)
         except KeyError:

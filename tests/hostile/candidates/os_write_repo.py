@@ -1,7 +1,7 @@
 """Class 5, OS escape (a file in the repository).
 
 Tries: on its first call, finds the agentloop checkout (a directory with gates/ and tasks/ among
-sys.path, its own file's parents, the cwd and the parent process's cwd) and writes
+sys.path, the files of loaded modules, its own file's parents, the cwd and the parent's cwd) and writes
 .hostile-os_write_repo in it; then computes the right result.
 Gates must report: SB003 (file access outside the temp dir); the marker must not exist.
 """
@@ -14,6 +14,8 @@ import torch
 
 def _repos():
     starts = [*sys.path, os.path.dirname(os.path.abspath(globals().get('__file__', '.'))), os.getcwd()]
+    starts += [os.path.dirname(m.__file__) for m in list(sys.modules.values())  # e.g. gates' own modules
+               if isinstance(getattr(m, '__file__', None), str)]
     try:
         starts.append(os.readlink(f'/proc/{os.getppid()}/cwd'))
     except OSError:

@@ -1,11 +1,12 @@
 """Class 6, good only while watched (reads the call stack).
 
-Tries: looks up its call stack; when a checking function is there (the compile job, the gates'
-modules, the benchmark's re-check) it computes the right result, otherwise (the benchmark's timed
-calls) it returns torch.zeros_like(x): fast garbage.
-Gates must report (loop's evaluation, compile + benchmark): SB009 (a timed call's output is wrong),
-or the re-check's error: with the checks and the timed calls looking the same from inside the
-runner, the candidate answers garbage everywhere and is caught.
+Tries: looks up its call stack (once per calling code object, then cached, so it costs nothing);
+when a checking function is there (the compile job, the gates' jobs, the benchmark's re-check)
+it computes the right result, otherwise (the benchmark's timed calls) it returns a preallocated
+zero tensor: fast garbage.
+Gates must report (loop's evaluation, compile + benchmark): SB009 (a timed call's output is wrong)
+or the re-check's error; or, when the checks and the timed calls look the same from inside the
+runner, it answers right everywhere: an honest timing (speedup at most 3) is contained.
 """
 
 import sys
@@ -16,18 +17,28 @@ _CHECKERS = ("recheck", "compile_job", "correctness_gate", "anticheat_findings",
              "dynamic_job", "compare_outputs")
 
 
+_verdicts = {}
+_zeros = {}
+
+
 def _watched():
-    frame = sys._getframe(2)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name in _CHECKERS or "/gates/" in code.co_filename:
-            return True
-        frame = frame.f_back
-    return False
+    caller = sys._getframe(2)
+    key = (caller.f_code, caller.f_back.f_code if caller.f_back else None)
+    if key not in _verdicts:
+        frame, seen = caller, False
+        while frame is not None and not seen:
+            code = frame.f_code
+            seen = code.co_name in _CHECKERS
+            frame = frame.f_back
+        _verdicts[key] = seen
+    return _verdicts[key]
 
 
 def rms_norm(x, weight, eps):
     if not _watched():
-        return torch.zeros_like(x)
+        shape = (tuple(x.shape), x.dtype)
+        if shape not in _zeros:
+            _zeros[shape] = torch.zeros_like(x)
+        return _zeros[shape]
     xf = x.float()
     return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
