@@ -200,11 +200,16 @@ class Listener:
         self.events: list[str] = []
         self.data = b""
         self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.tcp.bind(("127.0.0.1", port))
-        self.tcp.listen(16)
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.udp.bind(("127.0.0.1", port))
+        try:
+            self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.tcp.bind(("127.0.0.1", port))
+            self.tcp.listen(16)
+            self.udp.bind(("127.0.0.1", port))
+        except OSError:
+            self.tcp.close()
+            self.udp.close()
+            raise
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -242,6 +247,18 @@ class Listener:
         self._thread.join(5)
         self.tcp.close()
         self.udp.close()
+
+
+def open_listener(port: int, wait: float = 90.0) -> Listener:
+    """The case's listener; waits while another test session on this machine holds the port."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return Listener(port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 # One run -----------------------------------------------------------------------------------
@@ -484,7 +501,7 @@ def test_hostile_candidate_is_contained(name):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HOSTILE_"))}
     env.update(keys)
     env["TRITON_INTERPRET"] = "1"
-    listener = Listener(spec["port"]) if spec["port"] else None
+    listener = open_listener(spec["port"]) if spec["port"] else None
     exclude = _ancestors()
     try:
         run = run_candidate(name, spec, env, key_values(keys))
