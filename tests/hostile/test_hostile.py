@@ -379,12 +379,7 @@ def outcome_problems(name: str, spec: dict, run: Run) -> tuple[list[str], str]:
     rules, errors = set(), []
     if spec["mode"] == "evaluate":
         stages = data if isinstance(data, list) else []
-        for o in stages:
-            gate = o.get("gate") or {}
-            rules |= {f.get("rule") for f in gate.get("findings") or []}
-            for e in (o.get("error"), gate.get("error"), (o.get("benchmark") or {}).get("error")):
-                if e:
-                    errors.append(e)
+        _collect(stages, rules, errors)  # findings and errors wherever a stage outcome holds them
         accepted = bool(stages) and all(o.get("passed") for o in stages)
         bench = next((o.get("benchmark") for o in stages if o.get("stage") == "benchmark"), None) or {}
         speedup = bench.get("speedup")
@@ -418,6 +413,20 @@ def outcome_problems(name: str, spec: dict, run: Run) -> tuple[list[str], str]:
                         f" or an error matching {spec['errors']}; got findings {got}, "
                         f"errors {[e[:200] for e in errors]}")
     return problems, label
+
+
+def _collect(obj: object, rules: set, errors: list[str]) -> None:
+    """Every finding's rule id and every error text in a JSON value, at any depth."""
+    if isinstance(obj, dict):
+        if isinstance(obj.get("rule"), str):
+            rules.add(obj["rule"])
+        if isinstance(obj.get("error"), str) and obj["error"] not in errors:
+            errors.append(obj["error"])
+        for value in obj.values():
+            _collect(value, rules, errors)
+    elif isinstance(obj, list):
+        for value in obj:
+            _collect(value, rules, errors)
 
 
 def escape_problems(name: str, spec: dict, run: Run, keys: dict[str, str], listener: Listener | None,
