@@ -276,8 +276,12 @@ class Run:
     leaked_in_files: list[str] = field(default_factory=list)
 
 
+def candidate_path(name: str, spec: dict) -> str:
+    return str(spec.get("path") or CANDIDATES / f"{name}.py")
+
+
 def command(name: str, spec: dict) -> list[str]:
-    path = str(CANDIDATES / f"{name}.py")
+    path = candidate_path(name, spec)
     if spec["mode"] == "evaluate":
         return [PYTHON, str(HERE / "evaluate_candidate.py"), path, "--task", spec["task"],
                 "--timeout", str(spec["timeout"])]
@@ -384,7 +388,7 @@ def outcome_problems(name: str, spec: dict, run: Run) -> tuple[list[str], str]:
         bench = next((o.get("benchmark") for o in stages if o.get("stage") == "benchmark"), None) or {}
         speedup = bench.get("speedup")
     else:
-        if not isinstance(data, dict) or data.get("candidate") != str(CANDIDATES / f"{name}.py"):
+        if not isinstance(data, dict) or data.get("candidate") != candidate_path(name, spec):
             return [f"stdout is not this candidate's verdict: {text[:300]!r}"], "forged"
         for g in data.get("gates", []):
             rules |= {f.get("rule") for f in g.get("findings") or []}
@@ -501,10 +505,8 @@ def test_every_candidate_has_an_expectation():
         assert not unknown, f"{name}: unknown keys {unknown}"
 
 
-@pytest.mark.hostile
-@pytest.mark.parametrize("name", NAMES)
-def test_hostile_candidate_is_contained(name):
-    spec = case(name)
+def contain(name: str, spec: dict) -> tuple[str, list[str], list[str], Run]:
+    """Run one case; its label, verdict problems and escapes (fake keys redacted)."""
     remove(markers(name))  # left by an earlier, interrupted run
     keys = fake_keys()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HOSTILE_"))}
@@ -524,6 +526,34 @@ def test_hostile_candidate_is_contained(name):
     redact = lambda text: re.sub(rf"[\w-]*{token[:8]}\w*", "<FAKE-KEY>", text)
     label, verdict, escapes = redact(label), [redact(p) for p in verdict], [redact(p) for p in escapes]
     _report(name, spec, run, label, verdict, escapes)
+    return label, verdict, escapes, run
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("name", NAMES)
+def test_hostile_candidate_is_contained(name):
+    spec = case(name)
+    label, verdict, escapes, run = contain(name, spec)
     problems = verdict + escapes
     assert not problems, f"{name} (class {spec.get('class')}, {label}, {run.seconds:.1f} s):\n  " + \
         "\n  ".join(problems)
+
+
+CONTROLS = {
+    "control_audit": {"path": HERE.parent / "fixtures" / "rms_norm" / "torch_only.py"},
+    "control_evaluate": {"path": HERE.parent / "fixtures" / "rms_norm" / "rows.py", "mode": "evaluate"},
+}
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("name", sorted(CONTROLS))
+def test_honest_control_is_accepted_without_escapes(name):
+    """The harness's own control: an honest candidate (the test fixtures' torch-only and Triton
+    kernels) through the same command, environment and checks is accepted with nothing flagged,
+    so every failure above is the candidate's doing, not the harness's or the boundary's."""
+    spec = {**DEFAULTS, **CONTROLS[name]}
+    spec["path"] = str(spec["path"])
+    label, verdict, escapes, run = contain(name, spec)
+    assert run.returncode == 0 and label.startswith(("accept", "contained")), \
+        f"{name}: {label} (exit {run.returncode}); {verdict}"
+    assert not escapes, f"{name}: {escapes}"
