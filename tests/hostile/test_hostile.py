@@ -499,7 +499,11 @@ def test_every_candidate_has_an_expectation():
     for name in files:
         source = (CANDIDATES / f"{name}.py").read_text()
         assert source.startswith('"""'), f"{name}: starts with its docstring (class, attempt, expected)"
+        doc = source.split('"""')[1]
+        assert "Tries:" in doc and "Gates must report" in doc, f"{name}: docstring: what it tries, expects"
         spec = case(name)
+        named = set(RULE_ID.findall(doc[doc.index("Gates must report"):]))
+        assert named == set(spec["rules"]), f"{name}: docstring {sorted(named)}, expectations {spec['rules']}"
         assert spec["rules"] or spec["errors"] or spec["mode"] == "killed", name
         unknown = set(spec) - set(DEFAULTS) - {"class", "why"}
         assert not unknown, f"{name}: unknown keys {unknown}"
