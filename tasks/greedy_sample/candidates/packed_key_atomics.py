@@ -58,5 +58,5 @@ def greedy_sample(logits: torch.Tensor) -> torch.Tensor:
     keys = torch.full((T,), -(2**63), device=logits.device, dtype=torch.int64)
     tickets = torch.zeros((T,), device=logits.device, dtype=torch.int32)
     _split_argmax_kernel[(T, split)](logits, keys, tickets, out, logits.stride(0), V, chunk,
-                                     SPLIT=split, BLOCK=min(1024, chunk), num_warps=4)
+                                     SPLIT=split, BLOCK=min(1024, triton.next_power_of_2(chunk)), num_warps=4)
     return out
