@@ -2,9 +2,9 @@
 
 `static_gate(source, task)` parses the candidate (never runs it), reads the structure of its
 `@triton.jit` kernels (kernels.py, kernel_reader.py, kernel_calls.py, kernel_aliases.py, configs.py),
-follows the batch size of the
-task's batched inputs through the host code into launches, grids, autotune keys and branches
-(taint.py, calls.py, expressions.py, control.py, tensors.py), and applies the rules (rules.py).
+follows the batch size of the task's batched inputs through the host code into launches, grids,
+autotune keys and branches (taint.py, calls.py, expressions.py, control.py, tensors.py), and applies
+the rules (rules.py).
 Names imported from small sibling modules of the file are analysed with their source inlined.
 A file that does not parse, or lacks the entry function, gives a failed result with a BI000 error
 finding and `error` set; an entry the analysis cannot follow gives a BI000 warning. The gate never
