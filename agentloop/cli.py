@@ -245,6 +245,9 @@ def run(
         errors.print(f"[bold red]error:[/] {exc}; the run so far is saved: continue it with "
                      f"agentloop run --resume --out {out}")
         raise typer.Exit(1) from None
+    except KeyboardInterrupt:  # before the run's own handlers were installed: nothing ran yet
+        errors.print(f"interrupted; continue with: agentloop run --resume --out {out}")
+        raise typer.Exit(130) from None
     except RunStopped as stop:
         print_stopped(stop)
         sys.stdout.flush()
@@ -256,7 +259,12 @@ def run(
                   highlight=False)
     for note in outcome.notes:
         console.print(note, highlight=False)
-    print_reports(out)
+    try:
+        print_reports(out)
+    except KeyboardInterrupt:
+        errors.print(f"interrupted while writing the reports; the run is complete: rebuild them with "
+                     f"agentloop report {out}")
+        raise typer.Exit(130) from None
 
 
 def print_reports(out: Path) -> None:
