@@ -78,7 +78,11 @@ class AgentLLM:
                 self.reused += 1
         else:
             provider = self.provider(role)
-            meta = {"cell": self.cell, "task": self.task, "role": role}
+            # turn: answers this loop's role had before this request, across resumed runs too
+            # (`replay:RUN_DIR` matches the recorded turn by it).
+            before = self.store.query("SELECT COUNT(*) AS n FROM exchanges WHERE cell = ? AND task = ? "
+                                      "AND role = ?", self.cell, self.task, role)[0]["n"]
+            meta = {"cell": self.cell, "task": self.task, "role": role, "turn": before}
             token = request_meta.set(meta)
             try:
                 completion = provider.complete(messages, seed=seed)

@@ -45,9 +45,23 @@ def test_a_turn_with_other_numbers_gets_the_recorded_answer_and_is_reported(tmp_
         assert (first.text, second.text) == ("one", "two")
         assert replay.matched == 1
         (line,) = replay.divergence_lines()
-        assert line.startswith("replay: refine/baseline|rms_norm diverged from the record at request 2")
+        assert line.startswith("replay: refine/baseline|rms_norm diverged from the record at its coder "
+                               "request 2")
         with pytest.raises(Exception, match="asks its coder for answer 3, but the record holds 2"):
             replay.complete([Message(role="user", content="task: rms_norm\nthird")], seed=3)
+    finally:
+        request_meta.reset(token)
+
+
+def test_a_resumed_replay_takes_up_at_the_turn_the_loop_has_reached(tmp_path):
+    # A new process (a resumed run) knows nothing taken; the loop says its role had one answer.
+    _write_record(tmp_path)
+    replay = get_provider(f"replay:{tmp_path}")
+    meta = {"cell": "refine/baseline/replay:x", "task": "rms_norm", "role": "coder", "turn": 1}
+    token = request_meta.set(meta)
+    try:
+        answer = replay.complete([Message(role="user", content="task: rms_norm\nsecond 2.00x")], seed=None)
+        assert answer.text == "two" and replay.matched == 1 and not replay.divergences
     finally:
         request_meta.reset(token)
 
@@ -75,4 +89,5 @@ def test_the_recorded_h200_campaign_replays_on_the_cpu(tmp_path):
     assert replayed == recorded
     # The CPU brief differs from the H200's, so each loop says where it left the record.
     for mode in ("baseline", "bi-aware"):
-        assert f"replay: refine/{mode}|rms_norm diverged from the record at request" in result.output
+        assert f"replay: refine/{mode}|rms_norm diverged from the record at its coder request" \
+            in result.output

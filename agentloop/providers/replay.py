@@ -34,7 +34,7 @@ import random
 import re
 import threading
 import time
-from collections import Counter, defaultdict, deque
+from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -244,7 +244,7 @@ class Divergence(NamedTuple):
     """Where a replayed loop's conversation first left the record."""
 
     turn: int
-    """The loop's request number (1 = its first request), counting every role."""
+    """The role's request number in the loop (1 = its first request)."""
     role: str
     recorded: str
     """Hash of the recorded request."""
@@ -258,8 +258,9 @@ class RunReplayProvider(Provider):
     Within a campaign (the loop says who asks: cell, task and role), a request gets the answer
     recorded for the same turn of the same loop: same style, mode and task (the cell's provider
     is not compared: the recorded run used another one), same role, and the k-th such request
-    the k-th recorded answer, a recorded answer with the same seed first (a round's candidates
-    are asked in parallel). The request's content hash is only a check: prompts carry measured
+    the k-th recorded answer (k counted across resumed runs: the loop says how many answers the
+    role had), a recorded answer with the same seed first (a round's candidates are asked in
+    parallel). The request's content hash is only a check: prompts carry measured
     speedups, so a replay on another machine asks other words and still gets the recorded
     answer; where they differ the loop's first divergence is kept (`divergences`,
     `divergence_lines`). Outside a campaign (no loop meta) a request is matched by its hash,
@@ -281,7 +282,6 @@ class RunReplayProvider(Provider):
             if key is not None:
                 self._turns[key].append(rec)
         self._taken: set[int] = set()
-        self._asked: Counter[tuple[str, str, str]] = Counter()
         self.divergences: dict[str, Divergence] = {}
         """First divergence per loop ("style/mode|task")."""
         self.matched = 0
@@ -299,9 +299,11 @@ class RunReplayProvider(Provider):
     def complete(self, messages: list[Message], *, seed: int | None = None) -> Completion:
         start = time.perf_counter()
         digest = request_hash(messages)
-        key = self._turn_key(request_meta.get())
+        meta = request_meta.get() or {}
+        key = self._turn_key(meta)
+        turn = meta.get("turn") if isinstance(meta.get("turn"), int) else None
         with self._lock:
-            text = self._by_turn(key, digest, seed) if key is not None else self._by_hash(digest)
+            text = self._by_turn(key, digest, seed, turn) if key is not None else self._by_hash(digest)
         return Completion(text=text, latency_s=time.perf_counter() - start, model=self.model,
                           provider=self.name, cost_usd=0.0)
 
@@ -313,28 +315,28 @@ class RunReplayProvider(Provider):
                                 "this run asked what the recorded run did not")
         return queue.popleft()
 
-    def _by_turn(self, key: tuple[str, str, str, str], digest: str, seed: int | None) -> str:
+    def _by_turn(self, key: tuple[str, str, str, str], digest: str, seed: int | None,
+                 turn: int | None) -> str:
         style, mode, task, role = key
         loop = f"{style}/{mode}|{task}"
-        self._asked[style, mode, task] += 1
-        turn = self._asked[style, mode, task]
-        left = [r for r in self._turns.get(key, []) if r.n not in self._taken]
+        records = self._turns.get(key, [])
+        left = [r for i, r in enumerate(records) if r.n not in self._taken and (turn is None or i >= turn)]
+        left = left or [r for r in records if r.n not in self._taken]
         if not left:
-            held = len(self._turns.get(key, []))
-            raise ProviderError(f"{self.spec}: loop {loop} asks its {role} for answer {held + 1}, but the "
-                                f"record holds {held}; replay the campaign as it was recorded "
-                                "(its budget, styles and modes)")
+            raise ProviderError(f"{self.spec}: loop {loop} asks its {role} for answer {len(records) + 1}, "
+                                f"but the record holds {len(records)}; replay the campaign as it was "
+                                "recorded (its budget, styles and modes)")
         rec = next((r for r in left if r.seed == seed), left[0])
         self._taken.add(rec.n)
         if rec.request_hash == digest:
             self.matched += 1
         elif loop not in self.divergences:
-            self.divergences[loop] = Divergence(turn, role, rec.request_hash, digest)
+            self.divergences[loop] = Divergence(records.index(rec) + 1, role, rec.request_hash, digest)
         return rec.text or ""
 
     def divergence_lines(self) -> list[str]:
         """One line per loop whose conversation left the record, and where."""
-        return [f"replay: {loop} diverged from the record at request {d.turn} ({d.role}): it asked "
+        return [f"replay: {loop} diverged from the record at its {d.role} request {d.turn}: it asked "
                 f"{d.asked[:12]}, the record holds {d.recorded[:12]}; the recorded answers were given "
                 "from there on" for loop, d in sorted(self.divergences.items())]
 
