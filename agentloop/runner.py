@@ -578,12 +578,18 @@ def run_loop_graph(graph: Any, ctx: LoopContext) -> LoopState:
 
 def summary_table(summary: dict) -> Table:
     """The cells of a run's summary.json as a table: what `agentloop run` and `agentloop report`
-    print at the end."""
-    table = Table(title=f"{summary['campaign']}")
-    cols = ("style", "mode", "provider", "tasks", "correct", "bi_pass", "geomean_speedup", "llm_calls")
+    print at the end (the provider in the title when the run used one, so 80 columns suffice)."""
+    from rich import box
+
+    providers = list(dict.fromkeys(c["provider"] for c in summary["cells"]))
+    title = summary["campaign"] + (f" ({providers[0]})" if len(providers) == 1 else "")
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    cols = ("style", "mode", *(("provider",) if len(providers) > 1 else ()), "tasks", "correct", "bi_pass",
+            "geomean_speedup", "llm_calls")
+    headers = {"bi_pass": "BI pass", "geomean_speedup": "geomean speedup", "llm_calls": "LLM calls"}
     for col in cols:
-        table.add_column(col.replace("_", " "), justify="left" if col in cols[:3] else "right",
-                         overflow="fold")
+        table.add_column(headers.get(col, col), justify="left" if col in ("style", "mode", "provider")
+                         else "right", overflow="fold")
     for cell in summary["cells"]:
         table.add_row(*((f"{cell[c]:.3g}x" if cell[c] is not None else "-") if c == "geomean_speedup"
                         else str(cell[c]) for c in cols))
