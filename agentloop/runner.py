@@ -236,8 +236,10 @@ def make_providers(campaign: Campaign) -> dict[str, Provider]:
     return providers
 
 
-def provenance(campaign: Campaign, started: float, seconds: float, ended: str) -> dict[str, Any]:
-    """Where and with what a run (one invocation) ran; every value a string or a number."""
+def provenance(campaign: Campaign, started: float) -> dict[str, Any]:
+    """Where and with what a run (one invocation) runs; every value a string or a number.
+    Taken when the run starts, so that a stop does not wait for it; `seconds` and `ended` are
+    filled in at the end."""
     import platform
     import subprocess
     from datetime import datetime, timezone
@@ -255,15 +257,19 @@ def provenance(campaign: Campaign, started: float, seconds: float, ended: str) -
                                 timeout=10).stdout.strip() or "-"
     except (OSError, subprocess.SubprocessError):
         commit = "-"
-    if campaign.device == "cuda":
-        import torch
-
-        device_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-"
+    if campaign.device == "cuda":  # asked of the driver: no CUDA context in this process
+        try:
+            names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                   capture_output=True, text=True, timeout=10).stdout.split("\n")
+        except (OSError, subprocess.SubprocessError):
+            names = []
+        gpus = [n.strip() for n in names if n.strip()]
+        device_name = f"{len(gpus)} x {gpus[0]}" if gpus else "-"
     else:
         names = [line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")]
         device_name = names[0] if names else platform.processor() or platform.machine()
     return {"started": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
-            "seconds": round(seconds, 1), "ended": ended, "commit": commit, "agentloop": dist("agentloop"),
+            "seconds": 0.0, "ended": "", "commit": commit, "agentloop": dist("agentloop"),
             "torch": dist("torch"), "triton": dist("triton"), "python": platform.python_version(),
             "host": platform.node(), "device": campaign.device, "device_name": device_name}
 
@@ -275,13 +281,13 @@ def _cpuinfo() -> list[str]:
         return []
 
 
-def record_provenance(out: Path, campaign: Campaign, started: float, seconds: float, ended: str) -> None:
+def record_provenance(out: Path, taken: dict[str, Any], seconds: float, ended: str) -> None:
     """Append this invocation's provenance line to `DIR/provenance.jsonl`."""
     import json
 
     try:
         with (out / PROVENANCE).open("a") as f:
-            f.write(json.dumps(provenance(campaign, started, seconds, ended)) + "\n")
+            f.write(json.dumps({**taken, "seconds": round(seconds, 1), "ended": ended}) + "\n")
     except OSError:
         pass  # provenance is for the report; a read-only directory must not fail the run
 
@@ -402,7 +408,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
     `handle_signals`: SIGINT/SIGTERM stop the run (RunStopped). `until_idle`: stop (RunStopped,
     reason "idle") once every loop that could run waits for an `exchange:` answer."""
     started = time.perf_counter()
-    wall_start = time.time()
+    taken = provenance(campaign, time.time())
     out = Path(out)
     tasks = {name: get_task(name) for name in campaign.task_names()}
     providers = make_providers(campaign)  # a missing key fails here, before anything runs
@@ -435,12 +441,12 @@ def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
         kept = Kept(run_dir=out, loops=len(loops), finished=finished, checkpointed=len(threads & unfinished),
                     candidates=store.query("SELECT COUNT(*) AS n FROM candidates")[0]["n"], waiting=waits)
         seconds = time.perf_counter() - started
-        record_provenance(out, campaign, wall_start, seconds, f"stopped ({stop.reason})")
+        record_provenance(out, taken, seconds, f"stopped ({stop.reason})")
         # The connections stay open: threads cut short may still read them; the caller exits.
         raise RunStopped(stop.reason, kept, time.perf_counter() - started) from None
     saver.conn.close()
     store.close()
-    record_provenance(out, campaign, wall_start, time.perf_counter() - started, "finished")
+    record_provenance(out, taken, time.perf_counter() - started, "finished")
     hits, misses = (run.evaluator.hits, run.evaluator.misses) if run else (0, 0)
     notes = [line for p in {id(p): p for p in providers.values()}.values()
              for line in (p.divergence_lines() if hasattr(p, "divergence_lines") else [])]
