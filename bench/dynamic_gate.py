@@ -61,7 +61,8 @@ def agreement(label: str, verdict: str) -> str:
 def bench_candidate(box: Sandbox, task, path: Path, runs: int, timeout: float) -> dict:
     times, result, error = [], None, None
     for _ in range(runs):
-        job = Job("gates.dynamic:dynamic_job", {"code": Path(path).read_text(), "task": task, "device": box.device})
+        job = Job("gates.dynamic:dynamic_job", {"code": Path(path).read_text(), "task": task,
+                                                "device": box.device})
         outcome = box.run(job, timeout)
         times.append(outcome.seconds)  # inside the worker: no start-up or transfer
         if not outcome.ok:

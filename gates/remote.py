@@ -58,6 +58,8 @@ LOG_TAIL = 16 * 1024
 LOG_LIMIT = 64 * 2**20
 """Bytes of stdout/stderr a runner may write before it is stopped (SB006)."""
 MAX_OUTPUT_BYTES = 32 * 2**30
+DEFAULT_MEMORY = 4 * 2**30
+"""Host memory a runner may add to what it holds once started (the task shapes need far less)."""
 MAX_DIMS = 8
 RULE = re.compile(r"^(SB0\d\d|AC00\d)$")
 HINTS = {
@@ -88,6 +90,16 @@ class CandidateFailure(Exception):
         super().__init__(message)
         self.described = message
         self.rule = rule
+
+
+def _failure(runner: Runner, message: str, rule: str | None = None) -> CandidateFailure:
+    """A failure whose rule also becomes one of the runner's findings (so the gate's result
+    names it even where the gate turns the exception into an error line)."""
+    if rule:
+        finding = sandbox_finding(rule, message)
+        if finding not in runner.findings:
+            runner.findings.append(finding)
+    return CandidateFailure(message, rule)
 
 
 class CandidateRaised(CandidateFailure):
@@ -173,7 +185,8 @@ class Runner:
                  cpu_seconds: int = 3600, start_timeout: float = 300.0) -> None:
         self.device = device
         self.code_hash: str | None = None
-        self.memory_bytes = memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        self.memory_bytes = memory_bytes or min(DEFAULT_MEMORY, os.sysconf("SC_PAGE_SIZE") *
+                                                os.sysconf("SC_PHYS_PAGES") // 4)
         self.start_timeout = start_timeout
         self.workdir = tempfile.mkdtemp(prefix="runner-")
         os.chmod(self.workdir, 0o700)
@@ -254,18 +267,22 @@ class Runner:
                 try:
                     header, _ = wire.recv(self.sock)
                 except wire.WireError as exc:
+                    if str(exc) != "connection closed":
+                        self._stop_for("broke the message format", "SB007")
+                        raise _failure(self, f"the runner broke the message format: {str(exc)[:100]}",
+                                       "SB007") from None
                     raise self._death(str(exc)) from None
                 self._events(header.get("events"))
                 return header
             deadline = _deadline[0]
             if deadline is not None and time.monotonic() > deadline:
                 self._stop_for("ran past the job's time-out", "SB006")
-                raise CandidateFailure(f"timed out after {_deadline[1]:g} s")
+                raise _failure(self, f"timed out after {_deadline[1]:g} s")
             if self.proc.poll() is not None:
                 raise self._death("exited")
             if rss(self.proc.pid) - self._baseline_rss > self.memory_bytes:
                 self._stop_for(f"used more than {self.memory_bytes / 2**30:.1f} GB of memory", "SB006")
-                raise CandidateFailure(f"out of memory: the candidate used more than "
+                raise _failure(self, f"out of memory: the candidate used more than "
                                        f"{self.memory_bytes / 2**30:.1f} GB", "SB006")
 
     def _death(self, what: str) -> CandidateFailure:
@@ -274,14 +291,14 @@ class Runner:
         except subprocess.TimeoutExpired:
             code = None
         if self._stopped_for:
-            return CandidateFailure(f"the runner was stopped: it {self._stopped_for}", "SB006")
+            return _failure(self, f"the runner was stopped: it {self._stopped_for}", "SB006")
         how = describe_exit(code)
         lines = re.findall(r'File "[^"]*candidate\.py", line (\d+)', self.log_tail())
         rule = "SB006" if code is not None and -code in (signal.SIGXCPU, signal.SIGXFSZ) else None
         text = f"the candidate's process died: {how}" + (f" at candidate.py line {lines[0]}" if lines else "")
         if "MemoryError" in self.log_tail() or "Cannot allocate memory" in self.log_tail():
             text, rule = f"out of memory: {text}", "SB006"
-        return CandidateFailure(text, rule)
+        return _failure(self, text, rule)
 
     def _request(self, header: dict, expect: str, fds: tuple[int, ...] = ()) -> dict:
         try:
@@ -291,9 +308,19 @@ class Runner:
         reply = self._wait()
         if reply.get("op") != expect:
             self._stop_for("sent a message the judge did not ask for", "SB007")
-            raise CandidateFailure(f"the runner answered {str(reply.get('op'))[:40]!r} to a "
+            raise _failure(self, f"the runner answered {str(reply.get('op'))[:40]!r} to a "
                                    f"{header['op']!r} request", "SB007")
         return reply
+
+    def _grow(self, size: int) -> None:
+        fd = self.arena.ensure(size)
+        if fd is not None:
+            try:
+                wire.send(self.sock, {"op": "arena", "size": self.arena.size}, (fd,))
+            except (OSError, wire.WireError):
+                raise self._death("closed") from None
+            finally:
+                os.close(fd)
 
     def _events(self, events: object) -> None:
         if not isinstance(events, list):
@@ -315,16 +342,16 @@ class Runner:
         give_up = time.monotonic() + self.start_timeout
         while not select.select([self.sock], [], [], 0.2)[0]:
             if time.monotonic() > give_up:
-                raise CandidateFailure(f"the runner did not start within {self.start_timeout:g} s")
+                raise _failure(self, f"the runner did not start within {self.start_timeout:g} s")
             if _deadline[0] is not None and time.monotonic() > _deadline[0]:
-                raise CandidateFailure(f"timed out after {_deadline[1]:g} s (the runner was still starting)")
+                raise _failure(self, f"timed out after {_deadline[1]:g} s (the runner was still starting)")
         try:
             header, _ = wire.recv(self.sock)
         except wire.WireError:
-            raise CandidateFailure(f"the runner failed to start: {describe_exit(self.proc.wait())}: "
+            raise _failure(self, f"the runner failed to start: {describe_exit(self.proc.wait())}: "
                                    f"{self.log_tail()[-300:]}") from None
         if header.get("op") != "ready":
-            raise CandidateFailure(f"the runner failed to start: {str(header.get('error'))[:300]}")
+            raise _failure(self, f"the runner failed to start: {str(header.get('error'))[:300]}")
         self.isolation = header.get("isolation") if isinstance(header.get("isolation"), dict) else {}
         self._baseline_rss = rss(self.proc.pid)
         self._ready = True
@@ -364,10 +391,7 @@ class Runner:
             if isinstance(a, torch.Tensor):
                 tensors.append((a, offset))
                 offset += _aligned(a.numel() * a.element_size())
-        fd = self.arena.ensure(offset)
-        if fd is not None:
-            wire.send(self.sock, {"op": "arena", "size": self.arena.size}, (fd,))
-            os.close(fd)
+        self._grow(offset)
         placed = iter(tensors)
         for a in args:
             if isinstance(a, torch.Tensor):
@@ -387,7 +411,7 @@ class Runner:
         headers = reply.get("outs")
         if not isinstance(headers, list) or not headers or len(headers) > 16:
             self._stop_for("sent a malformed result", "SB007")
-            raise CandidateFailure("the runner sent a malformed result", "SB007")
+            raise _failure(self, "the runner sent a malformed result", "SB007")
         offsets, specs, offset = [], [], start
         for h in headers:
             spec = self._output_spec(h)
@@ -397,10 +421,7 @@ class Runner:
                 continue
             offsets.append(offset)
             offset += _aligned(spec[2])
-        fd = self.arena.ensure(offset)
-        if fd is not None:
-            wire.send(self.sock, {"op": "arena", "size": self.arena.size}, (fd,))
-            os.close(fd)
+        self._grow(offset)
         placed = self._request({"op": "place", "offsets": offsets}, "placed")
         outs = []
         for h, spec, off in zip(headers, specs, offsets, strict=True):
@@ -415,7 +436,7 @@ class Runner:
     def _output_spec(self, h: object) -> tuple[torch.dtype, list[int], int] | None:
         if not isinstance(h, dict) or h.get("t") not in ("tensor", "other"):
             self._stop_for("sent a malformed output header", "SB007")
-            raise CandidateFailure("the runner sent a malformed output header", "SB007")
+            raise _failure(self, "the runner sent a malformed output header", "SB007")
         if h["t"] == "other":
             return None
         dtype, shape, strides = self._dtypes.get(h.get("dtype")), h.get("shape"), h.get("strides")
@@ -425,14 +446,15 @@ class Runner:
             h.get("device") in ("cpu", "cuda")
         if not ok:
             self._stop_for("sent an output header that does not describe a tensor", "SB007")
-            raise CandidateFailure("the runner sent an output header that does not describe a tensor",
+            raise _failure(self, "the runner sent an output header that does not describe a tensor",
                                    "SB007")
         if h.get("subclass") is not None:
-            raise CandidateFailure(f"an output is a torch.Tensor subclass ({str(h['subclass'])[:60]}), "
+            raise _failure(self, f"an output is a torch.Tensor subclass ({str(h['subclass'])[:60]}), "
                                    "not a plain torch.Tensor", "SB007")
         nbytes = _numel(shape) * torch.empty((), dtype=dtype).element_size()
         if nbytes > MAX_OUTPUT_BYTES:
-            raise CandidateFailure(f"an output of {nbytes / 2**30:.1f} GB is larger than any task's", "SB007")
+            raise _failure(self, f"an output of {nbytes / 2**30:.1f} GB is larger than any task's",
+                           "SB007")
         return dtype, shape, nbytes
 
     def call(self, args: list[Any], *, track: bool = False) -> CallReport:
@@ -447,6 +469,12 @@ class Runner:
                             reused=reply.get("reused") is True,
                             state_changes=[str(c)[:200] for c in reply.get("state_changes") or []][:10])
         report.mutated = [i for i in placed.get("mutated") or [] if type(i) is int and 0 <= i < len(args)]
+        if report.mutated:
+            finding = Finding(rule="AC001", severity="error", message=f"the candidate wrote to its input "
+                              f"{report.mutated[0]} (argument position) in a call",
+                              hint="Treat inputs as read-only: write results into freshly allocated outputs.")
+            if not any(f.rule == "AC001" for f in self.findings):
+                self.findings.append(finding)
         for i in report.mutated:
             if isinstance(args[i], torch.Tensor):
                 spec = specs[i]
@@ -487,7 +515,7 @@ class Runner:
         samples = reply.get("samples")
         if not isinstance(samples, list) or len(samples) != n or \
                 not all(isinstance(s, (int, float)) and s == s and s >= 0 for s in samples):
-            raise CandidateFailure("the runner reported malformed timings", "SB009")
+            raise _failure(self, "the runner reported malformed timings", "SB009")
         return [float(s) for s in samples], wall
 
     def bench_reveal(self, index: int) -> tuple:

@@ -61,7 +61,7 @@ def test_hang_is_rejected_as_timed_out():
     result = run(FIXTURES / "hang.py", "--task", "rms_norm", "--device", "cpu", "--gate", "dynamic",
                  "--timeout", "3", "--json")
     assert result.exit_code == 1
-    assert json.loads(result.output)["gates"][0]["error"] == "timed out after 3 s"
+    assert json.loads(result.output)["gates"][0]["error"].startswith("timed out after 3 s")
 
 
 @pytest.mark.parametrize("args,message", [

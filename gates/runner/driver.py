@@ -161,19 +161,31 @@ class Driver:
         threads = threading.active_count()
         launches = self.launches[0]
         state = loader.torch_global_state()
+        limit = sys.getrecursionlimit()
         try:
             result = self.entry(*args)
             error = None
         except BaseException as exc:  # noqa: BLE001 - whatever the candidate raises is the result
             result, error = None, loader.describe_exception(exc)
+            if isinstance(exc, (MemoryError, RecursionError)):
+                self.recorder.add("SB006", f"the candidate hit a resource limit ({type(exc).__name__})")
+        if sys.getrecursionlimit() != limit:
+            self.recorder.add("SB006", "the candidate changed the recursion limit")
+            sys.setrecursionlimit(limit)
         changed = [f"{k}: {state[k]!r} -> {v!r}" for k, v in loader.torch_global_state().items()
                    if state.get(k) != v]
         loader.restore_torch_global_state(self.state)
         self.check_tampering()
         track = bool(message.get("track"))
-        outs = self.deliver(result, error, extra={
+        try:
+            outs = self.deliver(result, error, extra={
             "state_changes": changed, "launches": self.launches[0] - launches,
-            "reused": track and self.outputs_overwritten()})
+                "reused": track and self.outputs_overwritten()})
+        except Exception as exc:  # noqa: BLE001 - an output object that breaks when looked at
+            self.recorder.add("SB007", f"an output could not be read as a tensor ({type(exc).__name__})")
+            error = f"an output could not be read: {loader.describe_exception(exc)}"
+            self.reply({"op": "result", "error": error, "outs": []})
+            return
         if outs is None:
             return
         mutated = []
