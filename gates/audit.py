@@ -8,6 +8,7 @@ runs the candidate in a caged runner of its own (`gates.remote`).
 from __future__ import annotations
 
 import ast
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 from gates.candidate import CandidateError
 from gates.contract import Task
+from gates.environment import redact
 from gates.feedback import render
 from gates.sandbox import Job, Sandbox
 from gates.verdict import Finding, GateResult, Verdict
@@ -132,5 +134,6 @@ def verdict_json(verdict: Verdict) -> dict[str, Any]:
         if g.error:
             entry["error"] = g.error
         gates.append(entry)
-    return {"task": verdict.task, "candidate": verdict.candidate, "verdict": verdict.verdict,
-            "seconds": round(verdict.seconds, 3), "gates": gates}
+    out = {"task": verdict.task, "candidate": verdict.candidate, "verdict": verdict.verdict,
+           "seconds": round(verdict.seconds, 3), "gates": gates}
+    return json.loads(redact(json.dumps(out)))  # a key the candidate found never leaves in a report

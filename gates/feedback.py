@@ -5,6 +5,7 @@ gate results for a model."""
 from __future__ import annotations
 
 from gates.contract import Task
+from gates.environment import redact
 from gates.verdict import Counterexample, Finding, GateResult, Verdict
 
 # Keyed by the context kind that starts Counterexample.context (gates.plan.ContextKind).
@@ -122,7 +123,7 @@ def render_gate(result: GateResult, task: Task | None = None, device: str | None
     warnings = [f for f in result.findings if f.severity == "warning"]
     parts.append(render_findings(errors, TITLES.get(result.gate, f"{result.gate}:")))
     parts.append(render_findings(warnings, f"Warnings ({result.gate}):"))
-    return "\n".join(p for p in parts if p)
+    return redact("\n".join(p for p in parts if p)) or ""
 
 
 def render(verdict: Verdict, task: Task | None = None, device: str | None = None) -> str:
@@ -132,4 +133,4 @@ def render(verdict: Verdict, task: Task | None = None, device: str | None = None
             + (f" (checked on {device})." if device else "."))
     failed = [render_gate(g, task, device) for g in verdict.gates if not g.passed]
     passed = [render_gate(g, task, device) for g in verdict.gates if g.passed]
-    return "\n\n".join(p for p in [head, *failed, *passed] if p)
+    return redact("\n\n".join(p for p in [head, *failed, *passed] if p)) or ""
