@@ -222,7 +222,7 @@ class Runner:
         if shared:
             env[SHARED_DIR_VARIABLE] = shared
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", BOOT, str(child.fileno()), json.dumps(config)],
+            [sys.executable, "-I", "-B", "-c", BOOT, str(child.fileno()), json.dumps(config)],
             pass_fds=(child.fileno(),), cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         child.close()

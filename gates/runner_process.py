@@ -122,10 +122,15 @@ def kill_uid(uid: int) -> None:
 
 
 def rss(pid: int) -> int:
+    """Private resident memory of a process (RssAnon): shared memory such as the arena, which the
+    judge owns, does not count against the runner."""
     try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        return 0
+        pass
+    return 0
 
 
 def describe_exit(code: int | None) -> str:
