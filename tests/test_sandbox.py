@@ -86,7 +86,7 @@ def test_unpicklable_result_is_an_error_not_a_crash(sandbox):
     assert sandbox.run(Job.of(whoami), timeout=60).ok
 
 
-def test_hang_times_out_and_the_next_job_runs_in_a_fresh_worker(sandbox):
+def test_a_hanging_candidate_times_out_and_the_judge_worker_lives_on(sandbox):
     before = sandbox.pid
     task = get_task("rms_norm")
     start = time.monotonic()
@@ -94,6 +94,15 @@ def test_hang_times_out_and_the_next_job_runs_in_a_fresh_worker(sandbox):
                                             "device": "cpu"})
     result = sandbox.run(job, timeout=2)
     assert time.monotonic() - start < 20
+    # The judge stopped the candidate's runner itself, before the worker's own time-out.
+    assert result.ok and not result.value.passed and result.value.error.startswith("timed out after 2 s")
+    after = sandbox.run(Job.of(whoami), timeout=60)
+    assert after.ok and after.value[0] == before
+
+
+def test_a_job_that_hangs_in_the_worker_times_out_and_the_next_job_runs_in_a_fresh_worker(sandbox):
+    before = sandbox.pid
+    result = sandbox.run(Job.of(spin, seconds=600), timeout=2)
     assert result.status == "timeout" and result.error == "timed out after 2 s" and result.restarted
     after = sandbox.run(Job.of(whoami), timeout=60)
     assert after.ok and after.value[0] != before

@@ -101,7 +101,12 @@ class Driver:
                 return
             if message.get("op") == "stop":
                 return
-            ops[message["op"]](message)
+            try:
+                ops[message["op"]](message)
+            except Exception as exc:  # noqa: BLE001 - an object of the candidate's broke the driver
+                self.recorder.add("SB007", f"the driver could not handle what the candidate returned "
+                                           f"({type(exc).__name__})")
+                self.reply({"op": "failed", "error": loader.describe_exception(exc)})
 
     # Loading ----------------------------------------------------------------------------
     def load(self, message: dict) -> None:
