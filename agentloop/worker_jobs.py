@@ -16,10 +16,8 @@ import time
 from agentloop.benchmark import BenchmarkResult, benchmark_candidate
 from agentloop.timer import BenchSettings
 from gates.contract import Task
+from gates.runner.driver import CANDIDATE_NAME  # noqa: F401 - the name the runner gives a candidate's file
 from gates.verdict import GateResult
-
-CANDIDATE_NAME = "candidate.py"
-"""The file name a candidate's errors and tracebacks show (the runner writes it under that name)."""
 
 
 def smallest_shape(task: Task, device: str) -> dict[str, int]:
