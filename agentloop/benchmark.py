@@ -1,9 +1,11 @@
-"""Candidate-versus-reference speedups, timed with `agentloop.timer`.
+"""Candidate-versus-reference speedups, and against the task's production baselines, timed with
+`agentloop.timer`.
 
-A candidate and its reference are timed in the same process on the same inputs, interleaved in
-rounds (candidate, reference, reference, candidate, ...) so clock drift and thermal changes hit
-both alike; the candidate is then re-checked against the reference on fresh inputs, so one that
-was correct only on the inputs it was gated on is caught.
+A candidate, its reference and the task's production baselines (trusted code, run here in the
+judge like the reference) are timed on the same inputs, interleaved in rounds (candidate,
+reference, baselines, then backwards, ...) so clock drift and thermal changes hit all alike; the
+candidate is then re-checked against the reference on fresh inputs, so one that was correct only
+on the inputs it was gated on is caught.
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ from agentloop.timer import (
     sync,
     time_interleaved,
 )
-from gates.contract import Task
+from gates.contract import Baseline, Task
 from gates.correctness import compare_outputs
-from gates.reference import as_outputs, make_inputs
+from gates.reference import as_outputs, baseline_fn, make_inputs
 from gates.remote import CandidateFailure, RemoteEntry, Runner, sandbox_finding
 from gates.verdict import Finding
 
@@ -52,6 +54,15 @@ class ShapeTiming(BaseModel):
     speedup: float = -1.0
     compiled_speedup: float | None = None
     """Speedup over the `torch.compile`d reference, when that baseline ran."""
+    baselines: dict[str, Timing] = Field(default_factory=dict)
+    """Each production baseline that ran at this shape, by name."""
+    baseline_speedups: dict[str, float] = Field(default_factory=dict)
+    """Baseline median / candidate median, per baseline."""
+    fastest_baseline: str | None = None
+    """The production baseline with the lowest median at this shape."""
+    production_speedup: float | None = None
+    """Fastest baseline's median / candidate median: above 1 the candidate beats every
+    production baseline at this shape."""
 
 
 class BenchmarkResult(BaseModel):
@@ -73,6 +84,15 @@ class BenchmarkResult(BaseModel):
     compiled_speedup: float | None = None
     compiled_error: str | None = None
     """Why the `torch.compile` baseline was skipped, one line."""
+    baseline_speedups: dict[str, float] = Field(default_factory=dict)
+    """Geomean over the shapes of the speedup over each production baseline that ran at all of
+    them (a correct candidate only)."""
+    production_speedup: float | None = None
+    """Geomean over the shapes of the speedup over the fastest production baseline at each shape
+    (a correct candidate only; None when no baseline ran)."""
+    baselines_unavailable: dict[str, str] = Field(default_factory=dict)
+    """Production baselines that could not be timed here, with why (one line): torch.compile
+    missing, an op this device lacks, a wrong output."""
     findings: list[Finding] = Field(default_factory=list)
     """What the candidate's runner did that evaluations refuse (SB rules), or a timed call whose
     output was wrong (SB009); any of them makes the result incorrect."""
@@ -177,12 +197,51 @@ def recheck(candidate_fn: Callable, reference_fn: Callable, task: Task, dims_lis
     return None
 
 
-def _compile(reference_fn: Callable) -> Callable | None:
-    """The reference wrapped by `torch.compile` (compiled lazily at its first call), or None."""
-    try:
-        return torch.compile(reference_fn, dynamic=False)
-    except Exception:  # torch builds without dynamo, unsupported Python versions
-        return None
+def timed_baselines(task: Task, compile_reference: bool) -> list[Baseline]:
+    """The production baselines to time: the task's eager ones, and with `compile_reference` its
+    `compile: true` ones too (a compiled reference is added when the task declares none, so the
+    `compiled_*` fields keep their meaning for every task)."""
+    chosen = [b for b in task.baselines if compile_reference or not b.compile]
+    if compile_reference and not any(is_compiled_reference(b) for b in chosen):
+        chosen.append(Baseline(name="compiled_reference", summary="the reference under torch.compile",
+                               source="reference", compile=True))
+    return chosen
+
+
+def is_compiled_reference(baseline: Baseline) -> bool:
+    return baseline.source == "reference" and baseline.compile
+
+
+def load_baselines(task: Task, baselines: Sequence[Baseline]) -> tuple[dict[str, Callable], dict[str, str]]:
+    """(function by name, reason by name) for each baseline: loaded (and wrapped by
+    `torch.compile`, which compiles lazily at the first call), or why it cannot be."""
+    fns: dict[str, Callable] = {}
+    unavailable: dict[str, str] = {}
+    for b in baselines:
+        try:
+            fn = baseline_fn(task, b)
+            fns[b.name] = torch.compile(fn, dynamic=False) if b.compile else fn
+        except Exception as exc:  # noqa: BLE001 - a torch without dynamo, a module that fails to import
+            unavailable[b.name] = error_line(exc)
+    return fns, unavailable
+
+
+def _first_calls(fns: dict[str, Callable], make_args: Callable[[], dict], want: tuple, task: Task,
+                 dtype: str, device: str, dims: dict[str, int]) -> dict[str, str]:
+    """Call each baseline once at a shape (the first call compiles a `torch.compile`d one) and
+    compare it with the reference; the ones that raised or were wrong, with why."""
+    failed: dict[str, str] = {}
+    for name, fn in fns.items():
+        try:
+            got = as_outputs(fn(**make_args()))
+            sync(device)
+        except Exception as exc:  # noqa: BLE001 - no compiler toolchain, an op this device lacks
+            failed[name] = error_line(exc)
+            continue
+        problem = compare_outputs(task, dtype, got, want)
+        if problem:
+            failed[name] = f"wrong output at {dims}: {problem[1]}"
+    return failed
 
 
 def _ratio(slow_ms: float, fast_ms: float) -> float:
@@ -195,16 +254,36 @@ def device_name(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
+def _shape_timing(dims: dict[str, int], timings: Mapping[str, Timing], baselines: Sequence[str],
+                  compiled: str | None) -> ShapeTiming:
+    shape = ShapeTiming(dims=dims, candidate=timings["candidate"], reference=timings["reference"])
+    shape.speedup = _ratio(shape.reference.median_ms, shape.candidate.median_ms)
+    shape.baselines = {name: timings[name] for name in baselines if name in timings}
+    shape.baseline_speedups = {name: _ratio(t.median_ms, shape.candidate.median_ms)
+                               for name, t in shape.baselines.items()}
+    ran = {name: t for name, t in shape.baselines.items() if t.median_ms > 0}
+    if ran:
+        shape.fastest_baseline = min(ran, key=lambda name: ran[name].median_ms)
+        shape.production_speedup = _ratio(ran[shape.fastest_baseline].median_ms, shape.candidate.median_ms)
+    if compiled is not None and compiled in timings:
+        shape.compiled_reference = timings[compiled]
+        shape.compiled_speedup = _ratio(shape.compiled_reference.median_ms, shape.candidate.median_ms)
+    return shape
+
+
 def benchmark_candidate(candidate: Callable | Runner, reference_fn: Callable, task: Task, device: str,
                         shapes: Sequence[Mapping[str, int]] | None = None, dtype: str | None = None,
                         compile_reference: bool = False, settings: BenchSettings | None = None,
-                        seed: int = 0) -> BenchmarkResult:
-    """Time candidate and reference (and optionally a `torch.compile`d reference) interleaved on
-    the task's bench shapes, then re-check the candidate on fresh inputs. Nothing raises out of
-    it: a function that raises gives a result with `error` naming it ("candidate raised ...").
+                        seed: int = 0, baselines: Sequence[Baseline] | None = None) -> BenchmarkResult:
+    """Time candidate, reference and the task's production baselines interleaved on the task's
+    bench shapes, then re-check the candidate on fresh inputs. Nothing raises out of it: a
+    function that raises gives a result with `error` naming it ("candidate raised ..."); a
+    baseline that cannot run (no torch.compile, an op this device lacks, a wrong output) is left
+    out and named in `baselines_unavailable`.
 
     `candidate` is a caged runner holding the candidate (evaluations: timed there, checked here)
-    or a function in this process (the harness, tests); its findings end up in `findings`."""
+    or a function in this process (the harness, tests); its findings end up in `findings`.
+    `baselines` defaults to `timed_baselines(task, compile_reference)`."""
     started = time.perf_counter()
     runner = candidate if isinstance(candidate, Runner) else None
     candidate_fn = RemoteEntry(runner) if runner else candidate
@@ -213,46 +292,63 @@ def benchmark_candidate(candidate: Callable | Runner, reference_fn: Callable, ta
     result = BenchmarkResult(task=task.name, dtype=dtype, device=str(device), device_name=device_name(device),
                              l2_flush=settings.l2_flush)
     dims_list = bench_dims(task, device, shapes)
-    compiled = _compile(reference_fn) if compile_reference else None
-    if compile_reference and compiled is None:
-        result.compiled_error = "torch.compile baseline skipped: torch.compile is not available"
+    chosen = list(baselines) if baselines is not None else timed_baselines(task, compile_reference)
+    compiled = next((b.name for b in chosen if is_compiled_reference(b)), None) if compile_reference else None
+    live, unavailable = load_baselines(task, chosen)
     stage = "making inputs"
     try:
         for dims in dims_list:
             stage = f"making inputs at {dims}"
             make_args = functools.partial(clone_inputs, make_inputs(task, dims, dtype, seed, device,
                                                                     on_device=True))
-            fns: dict[str, Any] = {"candidate": candidate_fn, "reference": reference_fn}
-            if runner is not None:
-                fns["candidate"] = RemoteCandidate(runner, reference_fn, task, dtype)
-            if compiled is not None:
-                try:  # the first call compiles; a failure here skips the baseline, not the candidate
-                    compiled(**make_args())
-                    sync(device)
-                    fns["compiled_reference"] = compiled
-                except Exception as exc:  # no compiler toolchain, unsupported backend, ...
-                    compiled = None
-                    result.compiled_error = f"torch.compile baseline skipped: {error_line(exc)}"
-            timings = time_interleaved(fns, make_args, device, settings)
-            shape = ShapeTiming(dims=dims, candidate=timings["candidate"], reference=timings["reference"],
-                                compiled_reference=timings.get("compiled_reference"))
-            shape.speedup = _ratio(shape.reference.median_ms, shape.candidate.median_ms)
-            if shape.compiled_reference is not None:
-                shape.compiled_speedup = _ratio(shape.compiled_reference.median_ms, shape.candidate.median_ms)
+            if live:
+                stage = f"reference at {dims}"
+                want = as_outputs(reference_fn(**make_args()))
+                for name, why in _first_calls(live, make_args, want, task, dtype, device, dims).items():
+                    unavailable[name] = why
+                    del live[name]
+            stage = f"timing at {dims}"
+            while True:
+                fns: dict[str, Any] = {"candidate": candidate_fn, "reference": reference_fn, **live}
+                if runner is not None:
+                    fns["candidate"] = RemoteCandidate(runner, reference_fn, task, dtype)
+                try:
+                    timings = time_interleaved(fns, make_args, device, settings)
+                    break
+                except TimedCallError as exc:  # a baseline failing while timed is left out, not the candidate
+                    if exc.name not in live:
+                        raise
+                    unavailable[exc.name] = f"at {dims}: {exc}"
+                    del live[exc.name]
+            shape = _shape_timing(dims, timings, [b.name for b in chosen], compiled)
             result.shapes.append(shape)
             result.clock = shape.candidate.clock
         stage = "re-check on fresh inputs"
         problem = recheck(candidate_fn, reference_fn, task, dims_list, dtype, device, seed)
     except Exception as exc:
         result.error = str(exc) if isinstance(exc, TimedCallError) else f"{stage}: {error_line(exc)}"
-        return _with_findings(result, runner, started)
+        return _with_findings(_with_unavailable(result, unavailable, compiled), runner, started)
     result.correct = problem is None
     result.error = problem
+    _with_unavailable(result, unavailable, compiled)
     if result.correct:
         result.speedup = geomean([s.speedup for s in result.shapes])
-        if compiled is not None:
+        if compiled is not None and compiled in live:
             result.compiled_speedup = geomean([s.compiled_speedup or -1.0 for s in result.shapes])
+        result.baseline_speedups = {b.name: geomean([s.baseline_speedups[b.name] for s in result.shapes])
+                                    for b in chosen if b.name in live}
+        production = [s.production_speedup for s in result.shapes]
+        if production and all(p is not None for p in production):
+            result.production_speedup = geomean(production)
     return _with_findings(result, runner, started)
+
+
+def _with_unavailable(result: BenchmarkResult, unavailable: dict[str, str],
+                      compiled: str | None) -> BenchmarkResult:
+    result.baselines_unavailable = dict(unavailable)
+    if compiled is not None and compiled in unavailable:
+        result.compiled_error = f"torch.compile baseline skipped: {unavailable[compiled]}"
+    return result
 
 
 def _with_findings(result: BenchmarkResult, runner: Runner | None, started: float) -> BenchmarkResult:
@@ -263,6 +359,7 @@ def _with_findings(result: BenchmarkResult, runner: Runner | None, started: floa
         result.findings = runner.take_findings()
     if result.findings:
         result.correct, result.speedup, result.compiled_speedup = False, -1.0, None
+        result.baseline_speedups, result.production_speedup = {}, None
         result.error = result.error or f"{result.findings[0].rule}: {result.findings[0].message}"
     result.seconds = time.perf_counter() - started
     return result

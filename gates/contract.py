@@ -70,6 +70,24 @@ class BISettings(_Strict):
     on CPU)."""
 
 
+class Baseline(_Strict):
+    """A production implementation of the task's op: what a serving engine runs today (a vendor
+    GEMM in bf16, torch's fused norm, the attention backend's decode path, a compiled graph).
+    Trusted code like the reference; the benchmark times it beside every candidate, in the judge,
+    never in the candidate's runner."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """Names it in results and reports."""
+    summary: str
+    """What it is, one line."""
+    source: Literal["baselines", "reference"] = "baselines"
+    """Where its function is: the function called `name` in the task's `<task>/baselines.py`, or
+    the reference's entry function (for `compile: true`, the compiled reference)."""
+    compile: bool = False
+    """Wrapped in `torch.compile(dynamic=False)`: timed only when the evaluation compiles
+    (`eval.compile_reference`), as compiling costs seconds per shape."""
+
+
 class Task(_Strict):
     """A task of the suite, as written in its YAML file."""
 
@@ -100,6 +118,9 @@ class Task(_Strict):
     float32 reference at the float32 tolerance, so `tl.dot` on float32 inputs needs
     `input_precision="ieee"` (or "tf32x3"); "tf32" lets kernels use TF32 tensor cores (Triton's
     default for float32 `tl.dot`, errors around 1e-3), a task-level choice the prompt states."""
+    baselines: list[Baseline] = Field(default_factory=list)
+    """Production baselines timed beside every candidate (docs/benchmark.md); every task of the
+    suite declares at least one."""
 
     path: Path | None = Field(default=None, exclude=True)
 
@@ -136,6 +157,10 @@ class Task(_Strict):
                 for axis in shape:
                     if axis not in known:
                         raise ValueError(f"{key}: unknown axis {axis!r}")
+        names = [b.name for b in self.baselines]
+        twice = [n for i, n in enumerate(names) if n in names[:i]]
+        if twice:
+            raise ValueError(f"baselines: {twice[0]!r} is declared twice")
         missing = set(self.dtypes) - set(self.tolerance)
         if missing:
             raise ValueError(f"tolerance: no entry for dtype {sorted(missing)[0]}")
@@ -150,6 +175,11 @@ class Task(_Strict):
     @property
     def reference_path(self) -> Path:
         return self.tasks_dir / self.reference
+
+    @property
+    def baselines_path(self) -> Path:
+        """The module of the task's production baselines (`<task>/baselines.py`)."""
+        return self.tasks_dir / self.name / "baselines.py"
 
     @property
     def candidates_dir(self) -> Path:
@@ -193,6 +223,18 @@ def load_task(path: str | Path) -> Task:
     for needed in (task.entry, "make_inputs"):
         if needed not in functions:
             raise TaskError(f"{path}: entry: {ref} does not define function {needed!r}")
+    wanted = [b.name for b in task.baselines if b.source == "baselines"]
+    if wanted:
+        module = task.baselines_path
+        if not module.is_file():
+            raise TaskError(f"{path}: baselines: file {module} not found")
+        try:
+            defined = _defined_functions(module)
+        except SyntaxError as exc:
+            raise TaskError(f"{path}: baselines: {module} line {exc.lineno}: syntax error") from None
+        absent = [n for n in wanted if n not in defined]
+        if absent:
+            raise TaskError(f"{path}: baselines: {module} does not define function {absent[0]!r}")
     return task
 
 

@@ -1,4 +1,5 @@
-"""Loading a task's trusted plain-PyTorch reference module and generating inputs with it."""
+"""Loading a task's trusted modules — its plain-PyTorch reference and its production baselines —
+and generating inputs with the reference."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import torch
 
-from gates.contract import Task
+from gates.contract import Baseline, Task
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16,
           "int64": torch.int64, "int32": torch.int32, "int8": torch.int8, "bool": torch.bool}
@@ -30,6 +31,14 @@ def reference_module(task: Task) -> ModuleType:
 
 def reference_fn(task: Task):
     return getattr(reference_module(task), task.entry)
+
+
+def baseline_fn(task: Task, baseline: Baseline):
+    """The function of a production baseline, uncompiled (the caller compiles `compile: true`
+    ones): trusted code, loaded in the judge's process like the reference."""
+    if baseline.source == "reference":
+        return reference_fn(task)
+    return getattr(_load(str(task.baselines_path.resolve())), baseline.name)
 
 
 def make_inputs(task: Task, dims: dict[str, int], dtype: str, seed: int, device: str, *,
