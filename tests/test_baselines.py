@@ -85,7 +85,8 @@ def test_the_fastest_baseline_is_picked_per_shape(monkeypatch):
         return real(task, b.model_copy(update={"name": "torch_rms_norm"}))
 
     monkeypatch.setattr(benchmark, "baseline_fn", stand_in)
-    result = benchmark_candidate(ref, ref, task, "cpu", shapes=[{"T": 2}], settings=FAST, baselines=[slow, fast])
+    result = benchmark_candidate(ref, ref, task, "cpu", shapes=[{"T": 2}], settings=FAST,
+                                 baselines=[slow, fast])
     s = result.shapes[0]
     assert s.fastest_baseline == "fast"
     assert s.baselines["slow"].median_ms > s.baselines["fast"].median_ms
