@@ -94,6 +94,8 @@ DERIVATIONS = [
     ("", "t = x.shape[0]\ndef pick():\n    return 128 if t < 8 else 1024\nBLOCK = pick()"),
     ("", "t = x.shape[0]\nBLOCK = [256, 512, 1024][min(t // 64, 2)]"),
     ("", "t = x.shape[0]\ncfg = {'block': 256 if t < 8 else 1024}\nBLOCK = cfg['block']"),
+    # Two sizes unknown to the gate are still two sizes (a library's `block // 8 if M < 16 else block`).
+    ("", "t = x.shape[0]\nfull = triton.next_power_of_2(x.shape[1])\nBLOCK = full // 8 if t < 16 else full"),
 ]
 
 
@@ -108,6 +110,7 @@ CLEAN_DERIVATIONS = [
     ("", "_, h = x.shape\nBLOCK = min(4096, triton.next_power_of_2(h))"),
     ("", "BLOCK = 1024\nif x.shape[0] == 0:\n    BLOCK = 1024"),
     ("", "t = x.shape[0]\nBLOCK = 1024 if t < 8 else 1024"),
+    ("", "t = x.shape[0]\nfull = triton.next_power_of_2(x.shape[1])\nBLOCK = full if t < 8 else full"),
     ("def _pick(h):\n    return 256 if h < 1024 else 1024\n", "BLOCK = _pick(x.shape[1])"),
     ("_BLOCK = 512\n", "BLOCK = _BLOCK"),
     ("", "BLOCK = 1024 if x.is_cuda else 256"),

@@ -82,7 +82,10 @@ class ControlFlow:
             origin = Origin(node.lineno, short(node.test))
             self.facts.dispatches.append(Dispatch(node.lineno, short(node.test), origin,
                                                   [self.effects[start:mid], self.effects[mid:]]))
-            return a if a == b else join(a, b).derived(origin)
+            # Equal abstract values are the same value only when known, or written alike: two
+            # unknown sizes (`BLOCK // 8 if T < 16 else BLOCK`) are different sizes.
+            same = a == b and (a.known or ast.dump(node.body) == ast.dump(node.orelse))
+            return a if same else join(a, b).derived(origin)
         return join(a, b)
 
     # -- statements --------------------------------------------------------------------------
