@@ -102,8 +102,13 @@ def _positive(value: float | None) -> float | None:
 
 @app.command()
 def audit(
-    candidate: Path = typer.Argument(..., help="The candidate kernel file."),
+    candidate: Path | None = typer.Argument(None, help="The candidate kernel file (or give --entry)."),
     task: str = typer.Option(..., "--task", help="Task name, as `agentloop tasks` lists it."),
+    entry: str | None = typer.Option(None, "--entry", help="Audit an installed library's callable in "
+                                                          "place: package.module:function (it runs caged, "
+                                                          "like a candidate)."),
+    adapter: Path | None = typer.Option(None, "--adapter", help="With --entry: a file defining the task's "
+                                                               "entry on top of the library's callable."),
     device: str | None = typer.Option(None, "--device", help="cpu or cuda (default: cuda if available)."),
     gate: list[str] | None = typer.Option(None, "--gate", help="static, dynamic or correctness; repeat "
                                                              "to run several (default: all)."),
@@ -129,7 +134,16 @@ def audit(
         fail_input(f"unknown gate {unknown[0]!r}; gates are {', '.join(GATES)}")
     if device == "cuda" and default_device() != "cuda":
         fail_input("--device cuda: no CUDA device is available here; use --device cpu")
+    if adapter is not None and entry is None:
+        fail_input("--adapter goes with --entry package.module:function")
+    if (candidate is None) == (entry is None):
+        fail_input("give a candidate file or --entry package.module:function, not both" if entry
+                   else "give a candidate file, or --entry package.module:function")
     try:
+        if entry is not None:
+            from gates.library import resolve_entry
+
+            candidate = resolve_entry(entry, spec, adapter)
         verdict = audit_until_timeout(candidate, spec, gate, device, timeout)
     except CandidateError as exc:
         fail_input(str(exc))
@@ -148,7 +162,7 @@ def audit(
     raise typer.Exit(0 if verdict.verdict == "accept" else 1)
 
 
-def audit_until_timeout(candidate: Path, spec: Any, gates: list[str] | None, device: str | None,
+def audit_until_timeout(candidate: Any, spec: Any, gates: list[str] | None, device: str | None,
                         timeout: float | None) -> Any:
     """`gates.audit.audit`, gate by gate in one worker, stopping after the first gate that ran
     out of time: a hanging candidate would hang in every gate, each for the whole time-out."""

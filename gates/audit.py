@@ -18,6 +18,8 @@ from gates.candidate import CandidateError
 from gates.contract import Task
 from gates.environment import redact
 from gates.feedback import render
+from gates.library import IMPORT_FAILED, LibraryEntry
+from gates.library import static_result as library_static
 from gates.sandbox import Job, Sandbox
 from gates.verdict import Finding, GateResult, Verdict
 
@@ -81,21 +83,27 @@ def static_result(source: str, task: Task, candidate: Path) -> GateResult:
                           error=f"static gate failed: {type(exc).__name__}: {exc}")
 
 
-def audit(candidate: str | Path, task: Task, gates: Sequence[str] | None = None, device: str | None = None,
-          timeout: float | None = None, sandbox: Sandbox | None = None) -> Verdict:
-    """Run the named gates (default all) on one candidate file and return the Verdict.
+def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str] | None = None,
+          device: str | None = None, timeout: float | None = None, sandbox: Sandbox | None = None) -> Verdict:
+    """Run the named gates (default all) on one candidate file, or on an installed library's
+    callable (a `LibraryEntry`, `gates.library`), and return the Verdict.
 
     Raises CandidateError for a file that cannot be audited at all (missing, syntax error, no
-    entry function) and ValueError for an unknown gate. `sandbox` reuses a running worker (its
-    device wins); otherwise one is started for this call and stopped after it.
+    entry function) or a library entry whose module does not import in the runner, and
+    ValueError for an unknown gate. `sandbox` reuses a running worker (its device wins);
+    otherwise one is started for this call and stopped after it.
     """
     start = time.perf_counter()
-    candidate = Path(candidate)
     wanted = list(gates) if gates else list(GATES)
     unknown = [g for g in wanted if g not in GATES]
     if unknown:
         raise ValueError(f"unknown gate {unknown[0]!r}; gates are {', '.join(GATES)}")
-    source = read_candidate(candidate, task)
+    library = candidate if isinstance(candidate, LibraryEntry) else None
+    if library is None:
+        candidate = Path(candidate)
+        source = read_candidate(candidate, task)
+    else:
+        source = library.code
     device = sandbox.device if sandbox else (device or default_device())
     timeout = timeout or DEFAULT_TIMEOUT["cpu" if device == "cpu" else "cuda"]
     own = None
@@ -105,7 +113,8 @@ def audit(candidate: str | Path, task: Task, gates: Sequence[str] | None = None,
     try:
         for gate in (g for g in GATES if g in wanted):
             if gate == "static":
-                results.append(static_result(source, task, candidate))
+                results.append(library_static(library, task) if library else
+                               static_result(source, task, candidate))
                 continue
             job = Job(JOBS[gate], {"code": source, "task": task, "device": sandbox.device})
             outcome = sandbox.run(job, timeout)
@@ -114,6 +123,9 @@ def audit(candidate: str | Path, task: Task, gates: Sequence[str] | None = None,
             else:
                 results.append(GateResult(gate=gate, passed=False, seconds=outcome.seconds,
                                           error=outcome.error or "the gate returned no result"))
+            error = results[-1].error or ""
+            if library and error.startswith(IMPORT_FAILED):  # the input is unusable, not rejected
+                raise CandidateError(f"--entry {library.spec}: {error}")
     finally:
         if own:
             own.close()
