@@ -8,6 +8,8 @@ running the task's reference (AC003), returning an output that shares memory wit
 
 from __future__ import annotations
 
+import ast
+import difflib
 from typing import Any
 
 import torch
@@ -48,6 +50,71 @@ def _all_same(a: tuple, b: tuple) -> bool:
     return len(a) == len(b) and all(_same_bits(x, y) for x, y in zip(a, b, strict=True))
 
 
+COPY_RATIO = 0.9
+"""How alike (difflib ratio of canonical AST tokens) a candidate function and the reference's
+entry must be to count as a copy of it."""
+COPY_MIN_TOKENS = 12
+
+
+def _tokens(fn: ast.FunctionDef) -> list[str]:
+    """The function's body as tokens, with local names numbered in order of first use and
+    docstrings and annotations left out: renaming or re-wrapping the reference does not hide it."""
+    names: dict[str, str] = {}
+    body = fn.body[1:] if fn.body and isinstance(fn.body[0], ast.Expr) and \
+        isinstance(fn.body[0].value, ast.Constant) and isinstance(fn.body[0].value.value, str) else fn.body
+    out = [f"args:{len(fn.args.args)}"]
+    for arg in fn.args.args:
+        names.setdefault(arg.arg, f"v{len(names)}")
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name):
+                out.append(names.setdefault(node.id, f"v{len(names)}") if node.id not in dir(__builtins__)
+                           else node.id)
+            elif isinstance(node, ast.Attribute):
+                out.append("." + node.attr)
+            elif isinstance(node, ast.Constant):
+                out.append(repr(node.value))
+            elif not isinstance(node, (ast.expr_context, ast.Load, ast.Store)):
+                out.append(type(node).__name__)
+    return out
+
+
+def _reached(tree: ast.Module, entry: str) -> list[ast.FunctionDef]:
+    """The module-level functions the entry calls by name, directly or through each other."""
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    seen, todo = [], [entry]
+    while todo:
+        fn = defs.get(todo.pop())
+        if fn is None or fn in seen:
+            continue
+        seen.append(fn)
+        todo += [n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    return seen
+
+
+def reference_copy_findings(code: str, task: Task, launched: bool) -> list[Finding]:
+    """AC003 when a function the candidate's entry can run is the task's reference with other
+    names: read from the source, so a copy embedded in the candidate file is found without any
+    file access at run time. An error when the candidate launched no Triton kernel (the copy is
+    what ran); a warning when it did (a fallback path, often honest)."""
+    try:
+        tree = ast.parse(code)
+        reference = ast.parse(task.reference_path.read_text())
+    except (SyntaxError, ValueError, OSError):
+        return []
+    ref = next((n for n in reference.body if isinstance(n, ast.FunctionDef) and n.name == task.entry), None)
+    if ref is None or len(want := _tokens(ref)) < COPY_MIN_TOKENS:
+        return []
+    for fn in _reached(tree, task.entry):
+        ratio = difflib.SequenceMatcher(None, _tokens(fn), want, autojunk=False).ratio()
+        if ratio >= COPY_RATIO:
+            used = "a fallback beside your kernels" if launched else "what ran: no Triton kernel was launched"
+            return [_finding("AC003", f"{fn.name}() at line {fn.lineno} is a copy of the task's reference "
+                                      f"{task.entry}() ({ratio:.0%} alike once renamed); {used}",
+                             severity="warning" if launched else "error")]
+    return []
+
+
 def anticheat_shape(task: Task, device: str) -> dict[str, int]:
     """A small task shape with at least two rows."""
     shapes = task.shapes_for(device)
@@ -56,10 +123,11 @@ def anticheat_shape(task: Task, device: str) -> dict[str, int]:
 
 
 def anticheat_findings(runner: Runner, import_changes: list[str], task: Task,
-                       device: str) -> list[Finding]:
+                       device: str, code: str | None = None) -> list[Finding]:
     """Run the checks with a few calls at one small shape in the candidate's runner; what the
     runner reports (writes to inputs, aliasing, reused buffers, launches, settings) comes back
-    with each call. Exceptions from the candidate propagate to the caller."""
+    with each call; `code`, the candidate's source, is compared with the reference's.
+    Exceptions from the candidate propagate to the caller."""
     dims, dtype = anticheat_shape(task, device), gate_dtypes(task, device)[0]
     names = [a.name for a in task.args]
     out_names = [o.name for o in task.outputs]
@@ -97,8 +165,11 @@ def anticheat_findings(runner: Runner, import_changes: list[str], task: Task,
         elif _all_same(third.outs, kept_a):
             findings.append(_finding("AC002", "the candidate returned a stale result after its input tensors "
                                               "were refilled in place (cached by tensor identity)"))
-    if first.launches + second.launches + third.launches == 0:
+    launched = first.launches + second.launches + third.launches > 0
+    if not launched:
         findings.append(_finding("AC005", "the candidate launched no Triton kernel", severity="warning"))
+    if code is not None:
+        findings += reference_copy_findings(code, task, launched)
     for report in (first, second, third):
         findings += [_finding("AC006", f"calling the candidate changed {c}") for c in report.state_changes
                      if not any(c in f.message for f in findings)]

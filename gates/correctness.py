@@ -154,7 +154,7 @@ def correctness_job(code: str, task: Task, device: str) -> GateResult:
         # Anti-cheat first, on fresh state: a result cache filled by the correctness runs would
         # otherwise hide behind them.
         try:
-            cheats = anticheat_findings(runner, import_changes, task, device)
+            cheats = anticheat_findings(runner, import_changes, task, device, code)
         except Exception as exc:  # noqa: BLE001 - the candidate failed during the checks
             cheats = []
             result = GateResult(gate="correctness", passed=False, error=describe_exception(exc))

@@ -266,6 +266,8 @@ class Runner:
             if ready:
                 try:
                     header, _ = wire.recv(self.sock)
+                except OSError:  # a reset connection: the runner is gone or going
+                    raise self._death("closed") from None
                 except wire.WireError as exc:
                     if str(exc) != "connection closed":
                         self._stop_for("broke the message format", "SB007")
@@ -347,7 +349,7 @@ class Runner:
                 raise _failure(self, f"timed out after {_deadline[1]:g} s (the runner was still starting)")
         try:
             header, _ = wire.recv(self.sock)
-        except wire.WireError:
+        except (OSError, wire.WireError):
             raise _failure(self, f"the runner failed to start: {describe_exit(self.proc.wait())}: "
                                    f"{self.log_tail()[-300:]}") from None
         if header.get("op") != "ready":

@@ -51,3 +51,30 @@ def test_cheat_is_rejected(name, rule, text):
 def test_no_kernel_is_only_a_warning():
     found = findings("torch_only")
     assert [(f.rule, f.severity) for f in found] == [("AC005", "warning")]
+
+
+RENAMED_COPY = '''
+import torch
+
+def _norm(a, b, e):
+    """Not the reference, says the docstring."""
+    af = a.float()
+    scale = torch.rsqrt(af.pow(2).mean(dim=-1, keepdim=True) + e)
+    return (af * scale * b.float()).to(a.dtype)
+
+def rms_norm(x, weight, eps):
+    return _norm(x, weight, eps)
+'''
+
+
+def test_a_renamed_copy_of_the_reference_is_found_in_the_source():
+    from gates.anticheat import reference_copy_findings
+
+    [error] = reference_copy_findings(RENAMED_COPY, RMS, launched=False)
+    assert (error.rule, error.severity) == ("AC003", "error") and "_norm() at line 4" in error.message
+    [warning] = reference_copy_findings(RENAMED_COPY, RMS, launched=True)
+    assert warning.severity == "warning" and "fallback" in warning.message
+    assert reference_copy_findings((FIXTURES / "rows.py").read_text(), RMS, launched=True) == []
+    # A copy the entry never reaches is not the entry's work.
+    unreached = RENAMED_COPY.replace("return _norm(x, weight, eps)", "return x * weight")
+    assert reference_copy_findings(unreached, RMS, launched=False) == []

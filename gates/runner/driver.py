@@ -60,7 +60,9 @@ class Arena:
 class Driver:
     def __init__(self, sock: socket.socket, cfg: dict, recorder: hooks.Recorder) -> None:
         import torch
+        from torch.autograd.graph import increment_version
 
+        self.increment_version = increment_version  # taken before the candidate can replace it
         self.torch, self.sock, self.cfg, self.recorder = torch, sock, cfg, recorder
         self.device = cfg["device"]
         self.dtypes = dtype_table(torch)
@@ -72,6 +74,7 @@ class Driver:
         self.prepared: timing.Prepared | None = None
         self.launches = [0]
         self.watched = _watched_functions(torch)
+        self.own = _own_functions()
         self.state = loader.torch_global_state()
         _count_launches(self.launches)
 
@@ -132,6 +135,10 @@ class Driver:
             if getattr(owner, attr, None) is not original:
                 self.recorder.add("SB008", f"the candidate replaced {name}")
                 setattr(owner, attr, original)  # so the driver's own copies stay honest
+        for (module, attr), original in self.own.items():
+            if vars(module).get(attr) is not original:
+                self.recorder.add("SB008", f"the candidate replaced the runner's {module.__name__}.{attr}")
+                setattr(module, attr, original)
 
     # Calls ------------------------------------------------------------------------------
     def tensor_args(self, specs: list[dict]) -> tuple[list[Any], list[tuple[int, Any, Any]]]:
@@ -257,7 +264,14 @@ class Driver:
             args, _ = self.tensor_args(message["args"])
             measure = timing.Measure(**message["measure"])
             entry = self.entry
-            self.prepared = timing.Prepared(lambda: entry(*args), self.device, measure, keep=True)
+            tensors, bump = [a for a in args if _is_tensor(self.torch, a)], self.increment_version
+
+            def written() -> None:  # as if the judge had refilled them: new version counters
+                for t in tensors:
+                    bump(t)
+
+            self.prepared = timing.Prepared(lambda: entry(*args), self.device, measure, keep=True,
+                                            between=None if measure.cuda_graph else written)
             self.reply({"op": "prepared", "error": None, "label": self.prepared.label})
         except BaseException as exc:  # noqa: BLE001
             self.reply({"op": "prepared", "error": loader.describe_exception(exc)})
@@ -327,6 +341,19 @@ def _watched_functions(torch: Any) -> dict[str, tuple[Any, str, Any]]:
         for name in names:
             if hasattr(owner, name):
                 out[prefix + name] = (owner, name, getattr(owner, name))
+    return out
+
+
+def _own_functions() -> dict[tuple[Any, str], Any]:
+    """The functions and classes of the runner's own modules (this package), as loaded."""
+    package = __name__.rpartition(".")[0]
+    out = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == package or name.startswith(package + ".")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if callable(value) and getattr(value, "__module__", None) == name:
+                out[(module, attr)] = value
     return out
 
 

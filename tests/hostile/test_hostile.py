@@ -533,17 +533,7 @@ def contain(name: str, spec: dict) -> tuple[str, list[str], list[str], Run]:
     return label, verdict, escapes, run
 
 
-OPEN = {
-    "watch_cached_identical": "timed calls repeat the same input tensors, so a cache keyed on identity wins",
-    "watch_stack_inspect": "not re-run since the timed-call check landed",
-    "watch_thread_finish": "the 1 ms settle check can miss a thread that finishes 2 ms after return",
-    "ref_embedded_copy": "no source comparison with the reference yet",
-    "ref_copy_import": "the mount namespace hides the reference, so no read is attempted (CR005 only)",
-    "ref_exec_renamed": "the mount namespace hides the reference, so no read is attempted (CR005 only)",
-    "esc_recursion": "deep Python recursion within the memory limit is not refused",
-    "esc_memory_hog": "not re-run since the 4 GiB runner limit landed",
-    "tamper_runner_checks": "not re-run since connection errors became runner failures",
-}
+OPEN: dict[str, str] = {}
 """Candidates not yet contained as their expectation asks (issue 12 note): they run, and a pass
 shows as XPASS; each reason says what is missing."""
 
