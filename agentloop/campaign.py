@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentloop.archive import ArchiveOptions
 from agentloop.evaluation import EvalSettings, Stage
 from agentloop.prompts import MODES, Mode
 from agentloop.styles import STYLES, EvolveSettings, RefineSettings, Role, StyleName, TeamSettings
@@ -102,6 +103,9 @@ class Campaign(_Strict):
     overlap another's evaluation)."""
     evaluation: EvalOptions = Field(default_factory=EvalOptions, alias="eval")
     """The file's `eval:` key."""
+    archive: ArchiveOptions = Field(default_factory=ArchiveOptions)
+    """The kernel archive: where accepted kernels are added across runs, and `seed_kernels`, how
+    many of its best kernels each loop starts from (docs/guide.md)."""
     refine: RefineSettings = Field(default_factory=RefineSettings)
     """Settings of the refine style."""
     evolve: EvolveSettings = Field(default_factory=EvolveSettings)

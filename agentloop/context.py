@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentloop.archive import Archive, ArchivedKernel
 from agentloop.campaign import Budget, Cell
 from agentloop.evaluator import CachedEvaluator
 from agentloop.llm import AgentLLM
@@ -48,6 +49,11 @@ class LoopContext:
     """Called when a candidate is accepted or rejected (progress display)."""
     on_stage: Callable[[LoopContext, str], Any] | None = None
     """Called when a node starts, with what it does (progress display)."""
+    archive: Archive | None = None
+    """Where accepted kernels are archived (None: not recorded)."""
+    seeds: list[ArchivedKernel] = field(default_factory=list)
+    """Archived kernels the loop starts from, fastest first."""
+    campaign_name: str = ""
     brief: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from agentloop.archive import archive_candidate
 from agentloop.context import LoopContext
 from agentloop.evaluation import BI_STAGES, STAGES, Stage, code_hash
 from agentloop.extract import extract_code
@@ -30,7 +31,7 @@ def stop_reason(state: LoopState, ctx: LoopContext) -> str | None:
     b = ctx.budget
     if state.stop_reason:
         return state.stop_reason
-    if len(state.candidates) >= b.iterations:
+    if state.proposed >= b.iterations:
         return f"budget: {b.iterations} candidates"
     if b.llm_calls is not None and state.usage.llm_calls >= b.llm_calls:
         return f"budget: {b.llm_calls} LLM calls"
@@ -76,20 +77,43 @@ def conclude(c: Candidate, status: str, rejected_by: str | None, state: LoopStat
     c.feedback = feedback(c, state, ctx)
     parent = state.candidate(c.parent).store_id if c.parent else None
     c.store_id = record_candidate(ctx, c, parent)
+    if c.seeded:
+        archive_file, archive_id = c.origin.rsplit("#", 1)
+        ctx.store.add_seeded(c.store_id, archive_file, int(archive_id), c.notes.get("archived_speedup") and
+                             float(c.notes["archived_speedup"]))
+    archive_candidate(ctx, c)
     if ctx.on_candidate is not None:
         ctx.on_candidate(ctx, state, c)
     return c
 
 
 # Nodes -------------------------------------------------------------------------------------
+def seed_round(state: LoopState, ctx: LoopContext) -> dict[str, Any]:
+    """The loop's first round when it starts from archived kernels: they are its first
+    candidates, slowest first so that the best is the latest (refine continues from it), and go
+    through every stage like any other; no LLM is asked."""
+    candidates = []
+    for i, k in enumerate(reversed(ctx.seeds)):
+        answer = f"```python\n{k.code.rstrip()}\n```\n"
+        candidates.append(Candidate(number=i + 1, round=1, seed=0, answer=answer, code=k.code,
+                                    code_hash=code_hash(k.code), origin=f"{k.archive}#{k.id}",
+                                    notes={"archived_speedup": f"{k.speedup:.6g}",
+                                           "archived_from": k.run_dir}))
+    return {"candidates": candidates, "round": 1, "pending": [c.number for c in candidates]}
+
+
 def generate(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, Any]:
-    """Ask the style for this round's candidates and extract their code."""
+    """Ask the style for this round's candidates and extract their code (the first round of a
+    loop seeded from the kernel archive takes the archived kernels instead)."""
     ctx = runtime.context
     ctx.check()
+    if not state.candidates and ctx.seeds:
+        ctx.report_stage("seeding from the kernel archive")
+        return seed_round(state, ctx)
     ctx.report_stage("asking the LLM")
     start = time.perf_counter()
     first = len(state.candidates) + 1
-    count = max(0, min(ctx.style.per_round, ctx.budget.iterations - len(state.candidates)))
+    count = max(0, min(ctx.style.per_round, ctx.budget.iterations - state.proposed))
     llm = ctx.llm(state)
     proposals = ctx.style.propose(Proposing(
         state=state, task=ctx.task, mode=ctx.cell.mode, prompts=ctx.prompts, brief=ctx.brief, llm=llm,

@@ -45,6 +45,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from agentloop.archive import archive_context
 from agentloop.campaign import Campaign, CampaignError, Cell
 from agentloop.context import LoopContext, RunAborted
 from agentloop.evaluator import CachedEvaluator
@@ -491,7 +492,8 @@ class LoopRunner:
         return LoopContext(task=self.tasks[task], cell=cell, style=style, budget=c.budget,
                            evaluator=self.evaluator, store=self.store, recorder=self.recorder,
                            providers=self.providers, executor=executor, run_dir=self.out, seed=c.seed,
-                           abort=self.abort, on_candidate=progress.candidate, on_stage=progress.stage)
+                           abort=self.abort, on_candidate=progress.candidate, on_stage=progress.stage,
+                           **archive_context(c, self.out, thread_id(cell, task), task, cell.mode))
 
     def stop(self) -> None:
         """The loops stop at their next node; queued loops never start; nobody waits for them."""

@@ -43,6 +43,13 @@ class Candidate(BaseModel):
     """What the agent is told about it (rendered from prompts/feedback.<mode>.j2)."""
     store_id: int | None = None
     """Its row in the results store, once recorded."""
+    origin: str | None = None
+    """Where the code came from when no LLM proposed it: "<archive file>#<kernel id>" for a
+    kernel the loop was seeded with from the kernel archive (agentloop/archive.py)."""
+
+    @property
+    def seeded(self) -> bool:
+        return self.origin is not None
 
     def passed(self, stage: str) -> bool | None:
         """Whether a stage passed; None when the stage never ran on it."""
@@ -117,6 +124,11 @@ class LoopState(BaseModel):
 
     def candidate(self, number: int) -> Candidate:
         return self.candidates[number - 1]
+
+    @property
+    def proposed(self) -> int:
+        """Candidates the agent proposed (the archive's seeds are not counted)."""
+        return sum(not c.seeded for c in self.candidates)
 
     def eligible(self, bi_aware: bool) -> list[Candidate]:
         """Candidates that may be the final kernel: accepted (correct, benchmarked) and, in

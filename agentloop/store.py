@@ -79,6 +79,12 @@ CREATE TABLE IF NOT EXISTS exchanges (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS exchanges_request ON exchanges(cell, task, request_hash);
+CREATE TABLE IF NOT EXISTS seeded (    -- candidates that came from the kernel archive, not an LLM
+    candidate_id INTEGER NOT NULL REFERENCES candidates(id),
+    archive TEXT NOT NULL,           -- the archive file
+    archive_id INTEGER NOT NULL,     -- its kernels.id there
+    archived_speedup REAL            -- its speedup when archived
+);
 CREATE TABLE IF NOT EXISTS task_results (
     cell TEXT NOT NULL,
     task TEXT NOT NULL,
@@ -111,14 +117,14 @@ class StoreFrozen(RuntimeError):
 class Store:
     """Thread-safe access to one run's results database."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, schema: str = SCHEMA) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(SCHEMA)
+        self._db.executescript(schema)
         self._frozen = False
 
     def freeze(self) -> None:
@@ -163,6 +169,12 @@ class Store:
         self._insert("timings", {"candidate_id": candidate_id, "shape": shape,
                                  "candidate_median": candidate_median,
                                  "reference_median": reference_median, "speedup": speedup})
+
+    def add_seeded(self, candidate_id: int, archive: str, archive_id: int,
+                   archived_speedup: float | None) -> None:
+        if not self.query("SELECT 1 FROM seeded WHERE candidate_id = ?", candidate_id):
+            self._insert("seeded", {"candidate_id": candidate_id, "archive": archive,
+                                    "archive_id": archive_id, "archived_speedup": archived_speedup})
 
     def add_exchange(self, **row: Any) -> int:
         row.setdefault("created_at", time.time())
