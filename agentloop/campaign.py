@@ -54,6 +54,28 @@ class EvalOptions(_Strict):
     """Also time a torch.compile'd reference as a second baseline."""
 
 
+class Cluster(_Strict):
+    """Evaluation on a Ray cluster instead of this machine's worker pool (`pip install
+    'agentloop[ray]'`): actors that each own one GPU (or CPUs on a cpu campaign) and run the same
+    sandboxed evaluation as the local pool. Where evaluations run never changes their results, so
+    a run may be resumed with or without a cluster."""
+
+    ray: str
+    """The cluster: auto (the one `ray start` made, as RAY_ADDRESS or this machine says), local (a
+    Ray instance started for this run alone), or HOST:PORT of its head node."""
+    actors: int | None = Field(default=None, ge=1)
+    """Evaluation actors; default one per GPU of the cluster (cuda), or one per `cpus_per_actor`
+    CPUs (cpu), counted when the run starts; actors are added as nodes join."""
+    workers_per_actor: int = Field(default=1, ge=1)
+    """Judge worker processes in each actor, side by side on its GPU; a benchmark still runs alone
+    on the GPU."""
+    cpus_per_actor: float = Field(default=1.0, gt=0)
+    """CPUs each actor reserves for its workers and their runners."""
+    timing_device: str | None = None
+    """The device type that times every benchmark (e.g. "NVIDIA H200"), so that speedups are only
+    compared within one type; default the most common type among the actors at start."""
+
+
 class Cell(BaseModel):
     """One (style, mode, provider) combination of a campaign."""
 
@@ -101,6 +123,8 @@ class Campaign(_Strict):
     parallel: int | None = Field(default=None, ge=1)
     """Loops run at the same time; default twice the number of workers (one loop's LLM calls
     overlap another's evaluation)."""
+    cluster: Cluster | None = None
+    """Evaluate on a Ray cluster (`cluster: {ray: auto}`); absent: the local worker pool."""
     evaluation: EvalOptions = Field(default_factory=EvalOptions, alias="eval")
     """The file's `eval:` key."""
     archive: ArchiveOptions = Field(default_factory=ArchiveOptions)

@@ -234,6 +234,10 @@ def run(
     until_idle: bool = typer.Option(False, "--until-idle",
                                     help="End the run (exit 0) as soon as every loop waits for an "
                                          "exchange: answer; resume it once they are answered."),
+    ray: str | None = typer.Option(None, "--ray", metavar="ADDRESS",
+                                   help="Evaluate on a Ray cluster: auto (the one `ray start` made), "
+                                        "local (a Ray instance for this run) or HOST:PORT; off: the "
+                                        "local worker pool. Overrides the campaign's cluster:."),
 ) -> None:
     """Run an optimisation campaign: every (task, style, mode) cell, then the reports.
 
@@ -252,7 +256,7 @@ def run(
 
     try:
         outcome = run_campaign(campaign, out, resume=resume, console=progress_console, handle_signals=True,
-                               until_idle=until_idle, campaign_changed=campaign_changed)
+                               until_idle=until_idle, campaign_changed=campaign_changed, ray=ray)
     except (CampaignError, TaskError) as exc:
         fail_input(str(exc))
     except ProviderError as exc:

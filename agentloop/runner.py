@@ -312,9 +312,11 @@ def prepare_run_dir(campaign: Campaign, out: Path, resume: bool, *, campaign_cha
     if resume and saved.is_file() and not campaign_changed:
         old = yaml.safe_load(saved.read_text())
         old = old if isinstance(old, dict) else {}
-        if old != campaign_dump(campaign):
-            keys = sorted(k for k in {**old, **campaign_dump(campaign)}
-                          if old.get(k) != campaign_dump(campaign).get(k))
+        new = campaign_dump(campaign)
+        # Where evaluations run does not change results: a run may resume on or off a cluster.
+        differ = sorted(k for k in {**old, **new} if k != "cluster" and old.get(k) != new.get(k))
+        if differ:
+            keys = differ
             raise CampaignError(f"{out} holds a run of another campaign (it differs in {', '.join(keys)}); "
                                 f"resume it with its own: agentloop run --resume --out {out}, or pass "
                                 "--campaign-changed to continue it under the new one")
@@ -401,18 +403,23 @@ def exchange_waits(providers: dict[str, Provider]) -> list[tuple[Path, dict[str,
 
 
 def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
-                 console: Console | None = None, pool_factory: Callable[..., WorkerPool] = WorkerPool,
+                 console: Console | None = None, pool_factory: Callable[..., WorkerPool] | None = None,
                  handle_signals: bool = False, until_idle: bool = False,
-                 campaign_changed: bool = False) -> RunOutcome:
+                 campaign_changed: bool = False, ray: str | None = None) -> RunOutcome:
     """Run (or, with resume, continue) every loop of a campaign into the run directory `out`.
 
     `handle_signals`: SIGINT/SIGTERM stop the run (RunStopped). `until_idle`: stop (RunStopped,
-    reason "idle") once every loop that could run waits for an `exchange:` answer."""
+    reason "idle") once every loop that could run waits for an `exchange:` answer. `ray`: the
+    Ray cluster to evaluate on (`--ray`; "off": the local pool), over the campaign's `cluster`;
+    `pool_factory` (tests) over both."""
+    from agentloop.cluster import evaluation_pool
+
     started = time.perf_counter()
     taken = provenance(campaign, time.time())
     out = Path(out)
     tasks = {name: get_task(name) for name in campaign.task_names()}
     providers = make_providers(campaign)  # a missing key fails here, before anything runs
+    pool_factory = pool_factory or evaluation_pool(campaign, ray)  # Ray missing: fails here too
     prepare_run_dir(campaign, out, resume, campaign_changed=campaign_changed)
     store = Store(out / RESULTS)
     saver = checkpointer(out / CHECKPOINTS)
@@ -423,6 +430,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
         with stop_on_signals(handle_signals):
             if todo:
                 pool = pool_factory(campaign.device, campaign.workers)
+                if hasattr(pool, "describe"):
+                    taken["evaluation"] = pool.describe()
                 evaluator = CachedEvaluator(pool, store, campaign.eval_settings())
                 run = LoopRunner(campaign, tasks, providers, evaluator, store, build_graph(saver), out)
                 try:
