@@ -12,6 +12,9 @@ How the figures are scored:
 - `geomean_speedup`: geometric mean of the final kernel's speedup over the reference, over the
   cell's *correct* tasks only (null when it has none): a failed task is not a 1.0x success, which
   on a CPU (interpreter kernels at ~0.01x) would make a cell that failed everything look best;
+- `geomean_production_speedup`: the same over the fastest production baseline (per shape, the
+  baseline with the lowest median; `BenchmarkResult.production_speedup`), over the correct tasks
+  whose final kernel was timed against one (null when none was);
 - `retention[style]`: geomean, over the tasks correct in *both* the baseline and the bi-aware cell
   of that style, of bi-aware speedup over baseline speedup (only for styles run in both modes;
   keyed "style/provider" when a run used several providers); the reports list those tasks and
@@ -60,6 +63,10 @@ class CellSummary(BaseModel):
     bi_pass_rate: float
     geomean_speedup: float | None
     """Over the cell's correct tasks; None when it has none."""
+    geomean_production_speedup: float | None = None
+    """Geomean speedup of the final kernels over the fastest production baseline at each shape
+    (docs/benchmark.md), over the correct tasks whose final kernel was timed against one; None
+    when none was. Above 1: faster than what a serving engine runs today."""
     llm_calls: int
     input_tokens: int
     output_tokens: int
@@ -113,6 +120,9 @@ class RunData(BaseModel):
     benchmarks: dict[str, list[dict[str, Any]]] = {}
     """Per-shape timings (median and quartiles) of each benchmarked kernel, by code hash and task
     ("hash|task"), from the evaluation cache."""
+    production: dict[str, float] = {}
+    """Speedup over the fastest production baseline of each benchmarked kernel that has one, by
+    "hash|task"."""
     provenance: list[dict[str, Any]] = []
     """One entry per `agentloop run` on the directory (provenance.jsonl)."""
     kernels: set[str] = set()
@@ -164,11 +174,13 @@ def load_run(run_dir: Path, campaign_name: str | None = None) -> RunData:
     for g in gates:
         g["findings"] = json.loads(g["findings"] or "[]")
         g["counterexample"] = json.loads(g["counterexample"]) if g["counterexample"] else None
-    benchmarks = {}
+    benchmarks, production = {}, {}
     for row in cached:
         bench = (json.loads(row["result"]).get("benchmark") or {}).get("benchmark") or {}
         if bench.get("shapes"):
             benchmarks[f"{row['hash']}|{row['task']}"] = bench["shapes"]
+        if (bench.get("production_speedup") or 0) > 0:
+            production[f"{row['hash']}|{row['task']}"] = float(bench["production_speedup"])
     provenance = []
     if (run_dir / "provenance.jsonl").is_file():
         for line in (run_dir / "provenance.jsonl").read_text().splitlines():
@@ -178,7 +190,17 @@ def load_run(run_dir: Path, campaign_name: str | None = None) -> RunData:
                 continue
     kernels = {str(p.relative_to(run_dir)) for p in run_dir.glob("kernels/*/*.py")}
     return RunData(name=name, campaign=campaign, task_results=tasks, candidates=candidates,
-                   gate_results=gates, benchmarks=benchmarks, provenance=provenance, kernels=kernels)
+                   gate_results=gates, benchmarks=benchmarks, production=production, provenance=provenance,
+                   kernels=kernels)
+
+
+def production_speedup(run: RunData, row: dict[str, Any]) -> float | None:
+    """The final kernel's speedup over the fastest production baseline, for a correct task whose
+    final kernel was timed against one."""
+    if task_speedup(row) is None or row["final_candidate"] is None:
+        return None
+    final = next((c for c in run.candidates if c["id"] == row["final_candidate"]), None)
+    return run.production.get(f"{final['hash']}|{row['task']}") if final else None
 
 
 def summarize(run: RunData) -> Summary:
@@ -187,6 +209,7 @@ def summarize(run: RunData) -> Summary:
     for key in run.cell_keys():
         rows = [r for r in run.task_results if (r["style"], r["mode"], r["provider"]) == key]
         speedups[key] = {r["task"]: v for r in rows if (v := task_speedup(r)) is not None}
+        production = [v for r in rows if (v := production_speedup(run, r)) is not None]
         bi_pass = sum(bool(r["bi_pass"]) for r in rows)
         correct = sum(bool(r["correct"]) for r in rows)
         geo = geomean(list(speedups[key].values())) if speedups[key] else None
@@ -194,6 +217,7 @@ def summarize(run: RunData) -> Summary:
             style=key[0], mode=key[1], provider=key[2], tasks=len(rows), correct=correct,
             failed=len(rows) - correct, bi_pass=bi_pass, bi_pass_rate=round(bi_pass / len(rows), 4),
             geomean_speedup=significant(geo) if geo is not None else None,
+            geomean_production_speedup=significant(geomean(production)) if production else None,
             llm_calls=sum(r["llm_calls"] for r in rows), input_tokens=sum(r["input_tokens"] for r in rows),
             output_tokens=sum(r["output_tokens"] for r in rows)))
     providers = {c.provider for c in cells}
@@ -320,9 +344,13 @@ def shape_times(run: RunData, final: dict[str, Any]) -> list[dict[str, str]]:
     for s in run.benchmarks.get(f"{final['hash']}|{final['task']}", []):
         dims = " ".join(f"{k}={v}" for k, v in (s.get("dims") or {}).items())
         speedup = s.get("speedup")
+        fastest = s.get("fastest_baseline")
+        baseline = (s.get("baselines") or {}).get(fastest) if fastest else None
         rows.append({"shape": dims, "candidate": fmt_us(s.get("candidate")),
                      "reference": fmt_us(s.get("reference")),
-                     "speedup": fmt_speedup(speedup if speedup and speedup > 0 else None)})
+                     "speedup": fmt_speedup(speedup if speedup and speedup > 0 else None),
+                     "baseline": f"{fastest} {fmt_us(baseline)}" if fastest else "-",
+                     "production_speedup": fmt_speedup(s.get("production_speedup"))})
     return rows
 
 
@@ -347,6 +375,7 @@ def per_task(run: RunData) -> list[dict[str, Any]]:
                 "cell": cell_label(*key, providers), "mode": key[1], "correct": bool(r["correct"]),
                 "bi_pass": bool(r["bi_pass"]),
                 "speedup": fmt_speedup(r["speedup"] if r["correct"] else None),
+                "production_speedup": fmt_speedup(production_speedup(run, r)),
                 "final": f"#{final['iteration']}" if final else "-",
                 "kernel": path if path in run.kernels else None,
                 "bi_why": bi_failure(run, final["id"]) if final and not r["bi_pass"] else "",
@@ -381,6 +410,7 @@ def report_context(run: RunData, summary: Summary, plots: dict[str, Path]) -> di
     cells = [{**c.model_dump(), "failed": c.failed,
               "label": cell_label(c.style, c.mode, c.provider, providers),
               "speedup": fmt_speedup(c.geomean_speedup),
+              "production_speedup": fmt_speedup(c.geomean_production_speedup),
               "correct_rate": f"{c.correct}/{c.tasks} ({c.correct / c.tasks:.0%})",
               "bi_rate": f"{c.bi_pass}/{c.tasks} ({c.bi_pass_rate:.0%})",
               "tokens": c.input_tokens + c.output_tokens} for c in summary.cells]

@@ -21,7 +21,7 @@ from agentloop.store import Store
 
 STAGES = ("compile", "static", "dynamic", "correctness", "benchmark")
 SUMMARY_KEYS = {"style", "mode", "provider", "tasks", "correct", "bi_pass", "bi_pass_rate", "geomean_speedup",
-                "llm_calls", "input_tokens", "output_tokens"}
+                "geomean_production_speedup", "llm_calls", "input_tokens", "output_tokens"}
 COMPILE_ERROR = "error: SyntaxError: invalid syntax (line 3) | expected <class 'int'>"
 
 # (style, mode, task) -> candidates in iteration order, the final one (iteration or None), whether
@@ -159,6 +159,7 @@ def test_summary_has_spec_keys_and_hand_computed_values(run_dir: Path) -> None:
             (correct, bi_pass, calls, tin, tout)
         assert c["bi_pass_rate"] == pytest.approx(bi_pass / 2, abs=1e-4)
         assert c["geomean_speedup"] == pytest.approx(speedup, abs=1e-4)
+        assert c["geomean_production_speedup"] is None  # no kernel was timed against a baseline
     # Retention over the tasks correct in both cells: refine compares rms_norm only.
     assert summary["retention"] == pytest.approx({"refine": 1.2 / 2.0,
                                                   "evolve": math.sqrt(1.3 * 1.6 / (3.0 * 1.4))}, abs=1e-4)
@@ -190,7 +191,7 @@ def test_best_speedup_curve_is_running_best_and_ends_at_the_summary(run_dir: Pat
 def test_report_md_has_comparison_retention_rejections_and_tasks(run_dir: Path) -> None:
     md = (run_dir / "report.md").read_text()
     assert md.startswith("# Campaign `fixture-campaign`")
-    assert "| refine / bi-aware | 2 | 1/2 (50%) | 1 | 1/2 (50%) | 1.20× | 7 | 750 / 1700 |" in md
+    assert "| refine / bi-aware | 2 | 1/2 (50%) | 1 | 1/2 (50%) | 1.20× | - | 7 | 750 / 1700 |" in md
     assert "| evolve / bi-aware | 2 | 2/2 (100%) | 0 | 2/2 (100%) | 1.44× |" in md
     assert "| refine | 1: rms_norm | 2.00× | 1.20× | 0.60 |" in md
     assert "| evolve | 2: rms_norm, softmax | 2.05× | 1.44× | 0.70 |" in md
@@ -209,8 +210,8 @@ def test_report_md_has_comparison_retention_rejections_and_tasks(run_dir: Path) 
     assert "BI001" not in observed
     tasks = md.split("## Per task")[1]
     assert tasks.index("### rms_norm") < tasks.index("### softmax")
-    assert "| refine / bi-aware | no | no | - | - | 3 | 0 | 3 | 12.5 |" in tasks
-    assert "| evolve / baseline | yes | no | 3.00× | #2 | 3 | 3 | 1 | 12.5 |" in tasks
+    assert "| refine / bi-aware | no | no | - | - | - | 3 | 0 | 3 | 12.5 |" in tasks
+    assert "| evolve / baseline | yes | no | 3.00× | - | #2 | 3 | 3 | 1 | 12.5 |" in tasks
     assert "![Best speedup so far, per style and mode](plot_best_speedup.png)" in md
 
 
@@ -290,7 +291,10 @@ def test_report_names_the_final_kernel_why_bi_failed_shape_times_and_provenance(
     store = Store(run_dir / "results.sqlite")
     store.cache_evaluation("k", "refine/baseline/replay:rms_norm:3", "rms_norm", "cuda", {"benchmark": {
         "benchmark": {"shapes": [{"dims": {"T": 4, "H": 256}, "candidate": timing(0.01),
-                                  "reference": timing(0.02), "speedup": 2.0}]}}})
+                                  "reference": timing(0.02), "speedup": 2.0,
+                                  "baselines": {"torch_rms_norm": timing(0.008), "slow": timing(0.03)},
+                                  "fastest_baseline": "torch_rms_norm", "production_speedup": 0.8}],
+                      "production_speedup": 0.8}}})
     store.close()
     (run_dir / "provenance.jsonl").write_text(json.dumps({
         "started": "2026-01-01T00:00:00+00:00", "seconds": 61.0, "ended": "finished", "commit": "abc123",
@@ -300,13 +304,21 @@ def test_report_names_the_final_kernel_why_bi_failed_shape_times_and_provenance(
     md = (run_dir / "report.md").read_text()
     rms = md.split("### rms_norm")[1].split("### softmax")[0]
     link = "kernels/refine--baseline--replay/rms_norm.py"
-    assert f"| refine / baseline | yes | no | 2.00× | #3 [{link}]({link}) |" in rms
+    # Both speedups: over the reference and over the fastest production baseline.
+    assert f"| refine / baseline | yes | no | 2.00× | 0.80× | #3 [{link}]({link}) |" in rms
     # The final kernel of refine/baseline failed the static gate's BI002 (the closing audit).
     assert "- refine / baseline: static BI002: BI002 fired here" in rms
     # evolve/baseline's final kernel (#2) failed the dynamic gate: which row, in which batch.
     assert ("- evolve / baseline: dynamic: output 0 row 1 differs bitwise in a batch of 16 (position 5) "
             "against a batch of 1") in rms
-    assert "| T=4 H=256 | 10 µs (IQR 2) | 20 µs (IQR 4) | 2.00× |" in rms
+    assert ("| T=4 H=256 | 10 µs (IQR 2) | 20 µs (IQR 4) | 2.00× | torch_rms_norm 8 µs (IQR 1.6) "
+            "| 0.80× |") in rms
+    summary = json.loads((run_dir / "summary.json").read_text())
+    cells = {(c["style"], c["mode"]): c for c in summary["cells"]}
+    assert cells["refine", "baseline"]["geomean_production_speedup"] == pytest.approx(0.8)
+    assert cells["refine", "baseline"]["geomean_speedup"] == pytest.approx(math.sqrt(2.0 * 0.8), abs=1e-4)
+    assert cells["refine", "bi-aware"]["geomean_production_speedup"] is None
+    assert "<td class=\"num\">0.80×</td>" in (run_dir / "report.html").read_text()
     assert ("2026-01-01T00:00:00+00:00, 61 s (finished): agentloop 0.1.0 at abc123, torch 2.11.0, "
             "triton 3.6.0, Python 3.11.7; cuda (NVIDIA H200) on h") in md
     assert f'<a href="{link}">' in (run_dir / "report.html").read_text()
