@@ -16,6 +16,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from agentloop.archive import archive_candidate
+from agentloop.benchmark import BenchmarkResult
 from agentloop.context import LoopContext
 from agentloop.evaluation import BI_STAGES, STAGES, Stage, code_hash
 from agentloop.extract import extract_code
@@ -51,7 +52,7 @@ def feedback(c: Candidate, state: LoopState, ctx: LoopContext) -> str:
     results rendered by gates.feedback, the one place that renders them)."""
     variables: dict[str, Any] = {"number": c.number, "status": c.status, "stage": c.rejected_by,
                                  "details": "", "error": None, "speedup": c.speedup, "shapes": [],
-                                 "best": None, "warnings": ""}
+                                 "best": None, "warnings": "", "production": None}
     if c.status == "rejected" and c.rejected_by != "extract":
         outcome = c.stages[c.rejected_by]
         variables["error"] = outcome.error
@@ -64,10 +65,23 @@ def feedback(c: Candidate, state: LoopState, ctx: LoopContext) -> str:
         if best is None or (c.speedup or 0) > (best.speedup or 0):
             best = c
         variables["best"] = {"number": best.number, "speedup": best.speedup}
+        variables["production"] = production_feedback(bench)
         static = c.stages.get("static")
         if ctx.bi_aware and static is not None and static.gate is not None and static.gate.findings:
             variables["warnings"] = render_gate(static.gate, ctx.task, ctx.device)
     return ctx.prompts.turn("feedback", ctx.cell.mode, **variables).content
+
+
+def production_feedback(bench: BenchmarkResult) -> dict[str, Any] | None:
+    """Where an accepted kernel stands against the task's production baselines (the fastest at
+    each shape), for the feedback template; None when none was timed."""
+    if bench.production_speedup is None:
+        return None
+    shapes = [{"dims": s.dims, "baseline": s.fastest_baseline, "speedup": s.production_speedup,
+               "baseline_us": s.baselines[s.fastest_baseline].median_ms * 1e3,
+               "candidate_us": s.candidate.median_ms * 1e3}
+              for s in bench.shapes if s.fastest_baseline is not None and s.production_speedup is not None]
+    return {"speedup": bench.production_speedup, "shapes": shapes}
 
 
 def conclude(c: Candidate, status: str, rejected_by: str | None, state: LoopState,

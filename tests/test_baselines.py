@@ -141,3 +141,37 @@ def test_a_wrong_candidate_gets_no_production_speedup():
 
     result = benchmark_candidate(caching, ref, task, "cpu", shapes=[{"T": 2}], settings=FAST)
     assert not result.correct and result.production_speedup is None and result.baseline_speedups == {}
+
+
+def test_feedback_says_where_the_kernel_stands_against_the_production_baseline(tmp_path):
+    from loop_fakes import loop_context
+
+    from agentloop.benchmark import BenchmarkResult, ShapeTiming
+    from agentloop.evaluation import StageOutcome
+    from agentloop.nodes import feedback
+    from agentloop.state import Candidate, LoopState
+    from agentloop.timer import Timing
+
+    def shape(t, cand, ref, base):
+        return ShapeTiming(dims={"T": t, "H": 256}, candidate=Timing(median_ms=cand, n=3),
+                           reference=Timing(median_ms=ref, n=3), speedup=ref / cand,
+                           baselines={"torch_rms_norm": Timing(median_ms=base, n=3)},
+                           baseline_speedups={"torch_rms_norm": base / cand},
+                           fastest_baseline="torch_rms_norm", production_speedup=base / cand)
+
+    bench = BenchmarkResult(task="rms_norm", dtype="bfloat16", device="cpu", correct=True,
+                            shapes=[shape(1, 0.010, 0.040, 0.008), shape(8, 0.020, 0.060, 0.010)],
+                            speedup=(4.0 * 3.0) ** 0.5, production_speedup=(0.8 * 0.5) ** 0.5)
+    c = Candidate(number=1, round=1, seed=0, answer="", code="x", status="accepted",
+                  stages={"benchmark": StageOutcome(stage="benchmark", passed=True, benchmark=bench)})
+    for mode in ("baseline", "bi-aware"):
+        ctx = loop_context(tmp_path / mode, mode=mode)
+        text = feedback(c, LoopState(task="rms_norm", candidates=[c]), ctx)
+        assert "Speedup over the reference: 3.46x" in text
+        assert ("Against the fastest production baseline (what a serving engine runs today instead of a "
+                "custom kernel): 0.632x") in text
+        assert ("T=1 H=256: `torch_rms_norm` 8 us, yours 10 us; "
+                "T=8 H=256: `torch_rms_norm` 10 us, yours 20 us") in text
+    # Without a timed baseline, nothing is said about one.
+    bench.production_speedup = None
+    assert "production baseline" not in feedback(c, LoopState(task="rms_norm", candidates=[c]), ctx)
