@@ -123,7 +123,16 @@ def _torch_settings() -> dict[str, tuple[Callable[[], Any], Callable[[Any], None
         "torch.backends.cudnn.deterministic": attr(torch.backends.cudnn, "deterministic"),
         "torch.backends.cudnn.benchmark": attr(torch.backends.cudnn, "benchmark"),
         "torch num threads": (torch.get_num_threads, torch.set_num_threads),
+        "the current CUDA stream": (_current_stream, torch.cuda.set_stream),
     }
+
+
+def _current_stream() -> Any:
+    import torch
+
+    if not torch.cuda.is_initialized():  # on a CPU: no setting to read
+        raise RuntimeError("CUDA is not initialised")
+    return torch.cuda.current_stream()
 
 
 def torch_global_state() -> dict[str, Any]:

@@ -136,11 +136,15 @@ class Prepared:
 
     def __init__(self, call: Callable[[], Any], device: str, settings: Measure,
                  clock: Callable[[], float] = time.perf_counter, keep: bool = False,
-                 between: Callable[[], None] | None = None):
+                 between: Callable[[], None] | None = None, probe: Callable[[Any], Any] | None = None):
         self.device, self.settings, self.clock, self.keep = device, settings, clock, keep
         self.between = between or (lambda: None)
         """Run before each timed call, outside its timing (the runner marks the inputs as
         written, so a result cached for unchanged inputs cannot answer a timed call)."""
+        self.probe = probe
+        """With `keep`, run on each timed call's result right after its timing ends (on the GPU,
+        enqueued on the timed stream): a sample of the output as it stood when the call ended."""
+        self.probes: list[Any] = []
         self.cuda = is_cuda(device)
         self.flush = _flush_buffer(device) if settings.l2_flush else None
         if settings.warmup > 0:
@@ -180,7 +184,7 @@ class Prepared:
     def samples(self, reps: int) -> list[float]:
         """Milliseconds of `reps` timed calls, each after an L2 flush (when enabled)."""
         out: list[float] = []
-        self.kept = []
+        self.kept, self.probes = [], []
         if self.cuda:
             for done in range(0, reps, max(1, self.settings.chunk)):
                 out += self._gpu_chunk(min(self.settings.chunk, reps - done))
@@ -194,6 +198,8 @@ class Prepared:
             out.append((self.clock() - t0) * 1e3)
             if self.keep:
                 self.kept.append(result)
+                if self.probe is not None:
+                    self.probes.append(self.probe(result))
         return out
 
     def _gpu_chunk(self, n: int) -> list[float]:
@@ -201,6 +207,7 @@ class Prepared:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         kept: list[Any] = []
+        probes: list[Any] = []
         sync(self.device)
         if self.settings.queue_ahead:
             hold_stream(self.device, head_start_ms(self.host_ms or 0.0, n))
@@ -214,7 +221,9 @@ class Prepared:
             end.record()
             if self.keep:
                 kept.append(result)
+                if self.probe is not None:
+                    probes.append(self.probe(result))
         self.host_ms = (time.perf_counter() - enqueue) * 1e3 / n
         sync(self.device)
-        self.kept = kept
+        self.kept, self.probes = kept, probes
         return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]

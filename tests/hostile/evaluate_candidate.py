@@ -20,6 +20,7 @@ def main() -> int:
     parser.add_argument("--task", required=True)
     parser.add_argument("--stages", default="compile,benchmark")
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 
     from agentloop.evaluation import EvalSettings
@@ -31,7 +32,7 @@ def main() -> int:
     stages = [s for s in args.stages.split(",") if s]
     settings = EvalSettings(stage_timeout_s={s: args.timeout for s in
                                              ("compile", "static", "dynamic", "correctness", "benchmark")})
-    with WorkerPool("cpu", workers=1) as pool:
+    with WorkerPool(args.device, workers=1) as pool:
         outcomes = pool.evaluate(code, task, settings, stages=stages)
     print(json.dumps([o.model_dump(mode="json") for o in outcomes]))
     return 0 if outcomes and all(o.passed for o in outcomes) else 1

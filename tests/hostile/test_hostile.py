@@ -48,7 +48,10 @@ PYTHON = os.environ.get("AGENTLOOP_HOSTILE_PYTHON") or sys.executable
 EXPECTATIONS: dict[str, dict] = yaml.safe_load((HERE / "expectations.yaml").read_text())
 DEFAULTS = {"mode": "audit", "task": "rms_norm", "gates": ["correctness"], "rules": [], "errors": [],
             "timeout": 60, "harness_timeout": 150, "port": None, "kill_after": None, "max_rss_mb": None,
-            "speedup_max": None, "settle": 5.0}
+            "speedup_max": None, "settle": 5.0, "device": None}
+DEVICE = os.environ.get("HOSTILE_DEVICE", "cpu")
+"""Where the suite runs (`HOSTILE_DEVICE=cuda` on a GPU host); cases with `device: cuda` run
+only there."""
 RULE_ID = re.compile(r"\b(?:SB|AC|CR|BI)\d{3}\b")
 POLL = 0.05
 
@@ -284,8 +287,8 @@ def command(name: str, spec: dict) -> list[str]:
     path = candidate_path(name, spec)
     if spec["mode"] == "evaluate":
         return [PYTHON, str(HERE / "evaluate_candidate.py"), path, "--task", spec["task"],
-                "--timeout", str(spec["timeout"])]
-    cmd = [PYTHON, "-m", "agentloop", "audit", path, "--task", spec["task"], "--device", "cpu",
+                "--timeout", str(spec["timeout"]), "--device", DEVICE]
+    cmd = [PYTHON, "-m", "agentloop", "audit", path, "--task", spec["task"], "--device", DEVICE,
            "--json", "--timeout", str(spec["timeout"])]
     for gate in spec["gates"]:
         cmd += ["--gate", gate]
@@ -543,6 +546,8 @@ shows as XPASS; each reason says what is missing."""
                                   if n in OPEN else n for n in NAMES])
 def test_hostile_candidate_is_contained(name):
     spec = case(name)
+    if spec["device"] not in (None, DEVICE):
+        pytest.skip(f"a {spec['device']} attack (HOSTILE_DEVICE={spec['device']} runs it)")
     label, verdict, escapes, run = contain(name, spec)
     problems = verdict + escapes
     assert not problems, f"{name} (class {spec.get('class')}, {label}, {run.seconds:.1f} s):\n  " + \
