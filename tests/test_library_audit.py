@@ -99,3 +99,37 @@ def test_findings_on_the_adapter_name_its_line(site, tmp_path):
     assert not result.passed
     on_adapter = [f for f in result.findings if f.message.startswith("adapter scaled.py line 5: ")]
     assert on_adapter and on_adapter[0].line is None, result.findings
+
+
+# bench/library_audit.py: the adapters of real libraries, the runner script and its document ---------
+sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+import library_audit  # noqa: E402
+
+from gates.audit import read_candidate  # noqa: E402
+from gates.library import _adapter_for_static  # noqa: E402
+
+
+@pytest.mark.parametrize("audit", library_audit.AUDITS, ids=lambda a: f"{a.library}-{a.task}")
+def test_every_library_adapter_defines_the_entry_and_imports_what_it_audits(audit):
+    source = read_candidate(library_audit.REPO / audit.adapter, get_task(audit.task))
+    module, attr = parse_spec(audit.entry)
+    assert _adapter_for_static(source, module)[1], f"{audit.adapter} does not import from {module}"
+    assert attr.split(".")[0] in source
+    assert audit.library in library_audit.LIBRARIES
+
+
+def test_library_audit_runs_audits_and_renders_the_document(site, tmp_path):
+    audits = [library_audit.Audit("fakegems", "rms_norm", "fakegems.ops.norm:rms_norm_split",
+                                  str(ADAPTERS / "rms_norm_split.py")),
+              library_audit.Audit("fakegems", "rms_norm", "fakegems.broken:rms_norm",
+                                  str(ADAPTERS / "rms_norm.py"))]
+    out = tmp_path / "library_audit.json"
+    data = library_audit.run_audits(audits, "cpu", out, jobs=2, budget=600, timeout=120)
+    assert json.loads(out.read_text()) == data
+    split, broken = sorted(data["audits"], key=lambda r: r["entry"], reverse=True)
+    assert split["exit"] == 1 and split["verdict"]["verdict"] == "reject"
+    assert broken["exit"] == 2 and "does not import from 'fakegems.broken'" in broken["error"]
+    doc = library_audit.render(data)
+    row = next(line for line in doc.splitlines() if "rms_norm_split`" in line)
+    assert "| reject | FAIL | FAIL |" in row and "B=16" in row
+    assert "unusable" in doc and "[BI001]" in doc
