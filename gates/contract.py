@@ -114,10 +114,12 @@ class Task(_Strict):
     ragged: dict[str, str] | None = None
     """Padded axis -> name of the int argument holding each row's valid length."""
     fp32_matmul: Literal["ieee", "tf32", "tf32x3"] = "ieee"
-    """The precision float32 products must have: "ieee" (the default) is checked against an IEEE
-    float32 reference at the float32 tolerance, so `tl.dot` on float32 inputs needs
-    `input_precision="ieee"` (or "tf32x3"); "tf32" lets kernels use TF32 tensor cores (Triton's
-    default for float32 `tl.dot`, errors around 1e-3), a task-level choice the prompt states."""
+    """The precision float32 products must have, a task-level choice the prompt states: "ieee"
+    (the default) and "tf32x3" are checked against an IEEE float32 reference at the float32
+    tolerance, so `tl.dot` on float32 inputs needs `input_precision="ieee"` (or "tf32x3"), and a
+    float32 mismatch of the size TF32 gives is reported as such with that fix; "tf32" lets kernels
+    use TF32 tensor cores (Triton's default for float32 `tl.dot`, errors around 1e-3) and checks
+    float32 at atol = rtol = 1e-2 at least (`gates.correctness.TF32_TOLERANCE`)."""
     baselines: list[Baseline] = Field(default_factory=list)
     """Production baselines timed beside every candidate (docs/benchmark.md); every task of the
     suite declares at least one."""
@@ -208,7 +210,7 @@ def load_task(path: str | Path) -> Task:
     path = Path(path)
     raw = read_mapping(path, "task file", TaskError)
     try:
-        task = Task.model_validate({**raw, "path": path})
+        task = Task.model_validate({**raw, "path": path.absolute()})  # workers run elsewhere
     except ValidationError as exc:
         raise TaskError(f"{path}: {one_line(exc)}") from None
     if task.name != path.stem:
@@ -241,7 +243,8 @@ def load_task(path: str | Path) -> Task:
 def tasks_dir() -> Path:
     """The task suite's directory: $AGENTLOOP_TASKS, else `tasks/` of this checkout."""
     env = os.environ.get("AGENTLOOP_TASKS")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "tasks"
+    # Absolute: workers and runners start in other directories, where a relative path breaks.
+    return Path(env).expanduser().absolute() if env else Path(__file__).resolve().parents[1] / "tasks"
 
 
 def load_suite(directory: str | Path | None = None) -> dict[str, Task]:

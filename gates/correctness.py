@@ -29,6 +29,44 @@ HINTS = {
     "CR005": "Check the formula against the reference, accumulate in float32, mask the tail block, "
              "and pass the scalar arguments (eps, scale, base) through unchanged.",
 }
+TF32_HINT = ("`tl.dot` on float32 inputs multiplies in TF32 by default (10-bit mantissa, errors around "
+             "1e-3); this task asks for IEEE float32 products: pass `input_precision=\"ieee\"` to every "
+             "`tl.dot` on float32 data (or `\"tf32x3\"`, three TF32 products, nearly as exact and faster), "
+             "and do not cast float32 operands down before the product.")
+TF32_BAND = (2e-5, 2e-2)
+"""Largest error over the largest reference magnitude that TF32 products give on the task shapes
+(measured: ~1e-3 on a K=4096 projection); below, rounding; above, a wrong formula."""
+TF32_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2)
+"""Float32 tolerance of a task whose `fp32_matmul` is "tf32" (its products may round to TF32)."""
+
+
+def tolerance_for(task: Task, dtype: str) -> Tolerance:
+    """The task's tolerance for a dtype; float32 at TF32's where the task lets products use TF32."""
+    tol = task.tolerance[dtype]
+    if dtype == "float32" and task.fp32_matmul == "tf32":
+        return Tolerance(atol=max(tol.atol, TF32_TOLERANCE.atol), rtol=max(tol.rtol, TF32_TOLERANCE.rtol))
+    return tol
+
+
+def tf32_suspected(task: Task, dtype: str, got: tuple, want: tuple) -> float | None:
+    """The relative error of the first float32 output that differs, when its size is what TF32
+    products give and the task asks for IEEE float32 products; else None."""
+    if dtype != "float32" or task.fp32_matmul == "tf32":
+        return None
+    for g, w in zip(got, want, strict=False):
+        if not (isinstance(g, torch.Tensor) and g.shape == w.shape and w.dtype == torch.float32
+                and g.dtype == w.dtype and w.numel()):
+            continue
+        finite = torch.isfinite(g) & torch.isfinite(w)
+        if not bool(finite.all()):
+            return None
+        scale = float(w.abs().max())
+        error = float((g.double() - w.double()).abs().max())
+        if error == 0 or scale == 0:
+            continue
+        relative = error / scale
+        return relative if TF32_BAND[0] < relative < TF32_BAND[1] else None
+    return None
 
 
 def _short(dtype: torch.dtype) -> str:
@@ -95,7 +133,7 @@ def compare_outputs(task: Task, dtype: str, got: tuple, want: tuple) -> tuple[st
         names = ", ".join(o.name for o in task.outputs)
         return "CR001", f"returned {len(got)} output(s), expected {len(want)} ({names})"
     for spec, g, w in zip(task.outputs, got, want, strict=True):
-        problem = compare_output(spec.name, g, w, task.tolerance[dtype])
+        problem = compare_output(spec.name, g, w, tolerance_for(task, dtype))
         if problem:
             return problem
     return None
@@ -136,8 +174,14 @@ def correctness_gate(fn: Callable, task: Task, device: str, *,
                     failures += 1
                     if len(findings) < MAX_FINDINGS:
                         rule, message = problem
+                        hint = HINTS[rule]
+                        tf32 = tf32_suspected(task, dtype, got, want) if rule == "CR005" else None
+                        if tf32 is not None:
+                            message += (f"; the error ({tf32:.1g} of the largest value) is the size TF32 "
+                                        f"products give, and this task requires IEEE float32 products")
+                            hint = TF32_HINT
                         findings.append(Finding(rule=rule, severity="error", message=f"{case}: {message}",
-                                                hint=HINTS[rule]))
+                                                hint=hint))
     if failures > len(findings):
         findings.append(Finding(rule="CR005", severity="error",
                                 message=f"{failures} cases failed in all; the first {len(findings)} shown"))

@@ -46,6 +46,14 @@ MECHANISMS = {
         "kept across calls (call counters, caches, a config that changes after the first calls). Fix: "
         "reduce in a fixed order without atomics, initialise what you read, and keep no state between "
         "calls."),
+    "nonfinite": (
+        "Another request's inf or NaN reached this row: the row was computed beside rows holding inf, -inf "
+        "and NaN and its bits changed. Usual causes: a value reduced over the whole batch or over a tile of "
+        "several rows feeding each row (a batch-wide max, scale or sum, `x.sum()` times 0); a mask applied "
+        "by multiplying (`x * mask`, where 0 * inf = NaN) instead of selecting; a 2-D tile reduced along "
+        "the wrong axis; loads that read other rows without a row mask. Fix: keep every statistic per row, "
+        "select with `tl.where(mask, x, neutral)` and `other=` on loads rather than multiplying by a 0/1 "
+        "mask, and reduce along the row's own axis only."),
 }
 MECHANISMS["large"] = MECHANISMS["zeros"]
 CPU_NOTE = ("Measured on the CPU with Triton's interpreter: there tl.dot's rounding of a row depends on its "
@@ -77,7 +85,8 @@ def render_counterexample(cx: Counterexample, task: Task | None = None, device: 
     context = cx.context.split(":", 1)[1].strip() if ":" in cx.context else cx.context
     against = "the same row computed alone (batch 1)" if cx.reference_batch_size == 1 \
         else f"the same row computed in a batch of {cx.reference_batch_size} (at position {cx.row})"
-    diff = f", max abs diff {cx.max_abs_diff:.3g}" if cx.max_abs_diff is not None else ""
+    diff = f", max abs diff {cx.max_abs_diff:.3g}" if cx.max_abs_diff is not None else \
+        " (to or from inf or NaN)" if _kind(cx) == "nonfinite" else ""
     lines = [f"Batch invariance violated: output `{name}`, row {cx.row}, is not bitwise identical to "
              f"{against}: {cx.mismatched_elements} element(s) differ{diff}.",
              f"Where: {context}."]

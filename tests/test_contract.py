@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -91,3 +92,15 @@ def test_cli_tasks_reports_a_broken_task_file(suite_copy, monkeypatch):
     result = CliRunner().invoke(app, ["tasks"])
     assert result.exit_code == 2
     assert "colour: unknown key" in result.output
+
+
+def test_a_relative_suite_directory_is_made_absolute_so_workers_find_the_reference(suite_copy, monkeypatch):
+    monkeypatch.chdir(suite_copy.parent)
+    monkeypatch.setenv("AGENTLOOP_TASKS", suite_copy.name)
+    task = get_task("rms_norm")
+    assert tasks_dir().is_absolute() and task.reference_path.is_absolute() and task.reference_path.is_file()
+    assert get_task("rms_norm", suite_copy.name).reference_path.is_absolute()
+    rows = Path(__file__).parent / "fixtures" / "rms_norm" / "rows.py"
+    result = CliRunner().invoke(app, ["audit", str(rows), "--task", "rms_norm", "--device", "cpu",
+                                      "--gate", "correctness"])
+    assert result.exit_code == 0, result.output

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gates import correctness
 from gates.candidate import candidate_entry
 from gates.contract import Tolerance, get_task
 from gates.correctness import compare_output, correctness_gate, correctness_job
@@ -75,3 +76,51 @@ def test_integers_compare_exactly_except_int8_by_one():
     q = torch.tensor([10, -127], dtype=torch.int8)
     assert compare_output("q", q + 1, q, TOL) is None
     assert compare_output("q", q + 2, q, TOL)[0] == "CR005"
+
+
+# TF32: whether float32 products may round to TF32 is the task's choice (fp32_matmul) -------------
+LINEAR = get_task("linear")
+
+
+def _tf32(t):
+    """float32 values rounded to TF32's 10-bit mantissa (what tensor cores multiply)."""
+    return (t.view(torch.int32) & ~0x1FFF).view(torch.float32) if t.dtype == torch.float32 else t
+
+
+def tf32_linear(x, weight, bias):
+    out = torch.nn.functional.linear(_tf32(x.float()), _tf32(weight.float()), bias.float())
+    return out.to(x.dtype)
+
+
+def test_tf32_products_are_named_with_the_fix_when_the_task_wants_ieee():
+    assert LINEAR.fp32_matmul == "ieee"
+    result = correctness_gate(tf32_linear, LINEAR, "cpu")
+    assert not result.passed
+    first = result.findings[0]
+    assert first.rule == "CR005" and first.message.startswith("float32 ")
+    assert "the size TF32 products give" in first.message
+    assert 'input_precision="ieee"' in first.hint and '"tf32x3"' in first.hint
+    assert all(f.message.startswith("float32") for f in result.findings if "cases failed" not in f.message)
+
+
+def test_a_task_that_allows_tf32_accepts_tf32_products():
+    assert correctness_gate(tf32_linear, LINEAR.model_copy(update={"fp32_matmul": "tf32"}), "cpu").passed
+
+
+def test_a_wrong_formula_is_not_blamed_on_tf32():
+    def no_bias(x, weight, bias):
+        return torch.nn.functional.linear(x.float(), weight.float()).to(x.dtype)
+
+    first = correctness_gate(no_bias, LINEAR, "cpu").findings[0]
+    assert "TF32" not in first.message and first.hint != correctness.TF32_HINT
+
+
+@pytest.mark.parametrize("choice,text", [("ieee", 'float32 products must be IEEE float32, not TF32'),
+                                         ("tf32", "float32 products may use TF32")])
+def test_the_prompt_states_the_tasks_tf32_choice(choice, text):
+    from agentloop.prompts import Prompts, task_brief
+
+    task = LINEAR.model_copy(update={"fp32_matmul": choice})
+    brief = task_brief(task, "cuda")
+    messages = Prompts().messages("coder", "baseline", plan=None, best=None, attempts=None, **brief)
+    assert text in messages[-1].content

@@ -9,6 +9,7 @@ import torch
 from gates.batching import RowPools
 from gates.contract import get_task
 from gates.dynamic import dynamic_gate, gate_plan
+from gates.feedback import render_counterexample
 from gates.plan import CPU_BATCH_SIZES, batch_sizes
 from gates.reference import as_outputs, reference_fn
 
@@ -41,6 +42,10 @@ def test_a_row_whose_inf_or_nan_reaches_its_neighbours_is_caught():
     assert dynamic_gate(ref, RMS, "cpu").passed
     cx = dynamic_gate(contaminating, RMS, "cpu").counterexample
     assert cx is not None and cx.context.startswith("nonfinite:") and "inf, -inf and NaN" in cx.context
+    text = render_counterexample(cx, RMS, "cpu")  # the feedback names the mechanism and the fix
+    assert "element(s) differ (to or from inf or NaN)." in text
+    assert "Another request's inf or NaN reached this row" in text and "tl.where(mask, x, neutral)" in text
+    assert "tl.dot's rounding" not in text  # the CPU caveat is about tile positions, not this
 
 
 def test_nonfinite_rows_hold_inf_and_nan_in_floating_inputs_only():
