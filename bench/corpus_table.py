@@ -87,14 +87,21 @@ def render(rows: list[tuple[str, CorpusEntry]]) -> str:
         + ", ".join(f"{sum(e.expected == lab for _, e in rows)} {lab}" for lab in LABELS),
         f"- measured on GPU: {_counts(rows, 'gpu')}",
         f"- measured on CPU (interpreter): {_counts(rows, 'cpu')}",
-        "",
-        "| task | file | expected | mechanism | GPU | CPU | detail |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
+    sections = list(dict.fromkeys(e.section for _, e in rows))
+    if len(sections) > 1:
+        lines.append("- sections (a note starting with `[tag]` puts a candidate in section *tag*):")
+        for name in sections:
+            part = [(t, e) for t, e in rows if e.section == name]
+            lines.append(f"  - **{name}**: {len(part)} candidates; expected: "
+                         + ", ".join(f"{sum(e.expected == lab for _, e in part)} {lab}" for lab in LABELS)
+                         + f"; GPU: {_counts(part, 'gpu')}; CPU: {_counts(part, 'cpu')}")
+    lines += ["", "| task | file | section | expected | mechanism | GPU | CPU | detail |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for task, e in rows:
         detail = (e.gpu.detail if e.gpu else e.cpu.detail if e.cpu else e.note)
-        lines.append(f"| {task} | `{e.file}` | {e.expected} | {e.mechanism} | {_label(e, 'gpu')} | "
-                     f"{_label(e, 'cpu')} | {_cell(detail)} |")
+        lines.append(f"| {task} | `{e.file}` | {e.section} | {e.expected} | {e.mechanism} | "
+                     f"{_label(e, 'gpu')} | {_label(e, 'cpu')} | {_cell(detail)} |")
     lines += ["", "## Where the measurement contradicts the expected label", "",
               "The measurement wins: the gates and the replay provider use the measured GPU label. A",
               "measurement marked *disputed* is one whose sweep could not have exposed the mechanism;",

@@ -63,6 +63,14 @@ class CorpusEntry(BaseModel):
     gates' confusion matrices until a better measurement settles them."""
 
     @property
+    def section(self) -> str:
+        """The part of the corpus the entry belongs to: the tag its note starts with
+        ("[real-world style] ..."), else "original"."""
+        if self.note.startswith("[") and "]" in self.note:
+            return self.note[1:self.note.index("]")].strip() or "original"
+        return "original"
+
+    @property
     def measured_gpu_label(self) -> Label:
         """The label to trust on GPU: the measurement when there is one."""
         return self.gpu.label if self.gpu else self.expected

@@ -72,3 +72,21 @@ def test_candidate_imports_and_matches_reference(task, entry):
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype
         _close(task, dtype, g, w)
+
+
+def test_a_notes_leading_tag_is_its_section_and_the_table_shows_sections():
+    import sys
+    from pathlib import Path
+
+    from gates.corpus import CorpusEntry
+
+    tagged = CorpusEntry(file="a.py", expected="invariant", mechanism="none",
+                         note="[real-world style] EVEN path")
+    plain = CorpusEntry(file="b.py", expected="variant", mechanism="atomics", note="atomics [sic]")
+    assert (tagged.section, plain.section) == ("real-world style", "original")
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    from corpus_table import render
+
+    doc = render([("rms_norm", plain), ("rms_norm", tagged)])
+    assert "  - **real-world style**: 1 candidates; expected: 1 invariant, 0 variant, 0 broken" in doc
+    assert "| rms_norm | `a.py` | real-world style | invariant | none |" in doc

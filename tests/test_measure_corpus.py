@@ -120,7 +120,8 @@ def measured(tmp_path_factory):
     tasks = tmp_path_factory.mktemp("tasks")
     shutil.copy(REPO / "tasks" / "rms_norm.yaml", tasks)
     shutil.copytree(REPO / "tasks" / "rms_norm", tasks / "rms_norm", ignore=shutil.ignore_patterns("*.py"))
-    shutil.copy(REPO / "tasks" / "rms_norm" / "reference.py", tasks / "rms_norm")
+    for module in ("reference.py", "baselines.py"):  # the task file declares production baselines
+        shutil.copy(REPO / "tasks" / "rms_norm" / module, tasks / "rms_norm")
     rms = {f: (label, (REPO / "tasks" / "rms_norm" / "candidates" / f).read_text())
            for f, label in (("row_per_program.py", "invariant"), ("split_row_small_batch.py", "variant"))}
     rms |= RMS_CANDIDATES
@@ -130,7 +131,8 @@ def measured(tmp_path_factory):
     (tasks / "toy_decode" / "reference.py").write_text(TOY_REF)
     shutil.copy(REPO / "tasks" / "greedy_sample.yaml", tasks)
     (tasks / "greedy_sample").mkdir()
-    shutil.copy(REPO / "tasks" / "greedy_sample" / "reference.py", tasks / "greedy_sample")
+    for module in ("reference.py", "baselines.py"):
+        shutil.copy(REPO / "tasks" / "greedy_sample" / module, tasks / "greedy_sample")
     greedy = {f: (label, (REPO / "tests" / "fixtures" / "greedy_sample" / f).read_text())
               for f, label in GREEDY_CANDIDATES.items()}
     for name, cands in (("rms_norm", rms), ("toy_decode", TOY_CANDIDATES), ("greedy_sample", greedy)):
@@ -203,7 +205,7 @@ def test_write_records_cpu_labels_and_renders_the_doc(measured):
         assert entry["cpu"]["command"].startswith("python bench/measure_corpus.py --device cpu")
         assert "gpu" not in entry
     assert load_task(tasks / "rms_norm.yaml").name == "rms_norm"
-    assert "| rms_norm | `row_per_program.py` | invariant | none | — | invariant |" in doc
+    assert "| rms_norm | `row_per_program.py` | original | invariant | none | — | invariant |" in doc
     contradictions = doc.split("## Where the measurement contradicts")[1].split("## Commands")[0]
     assert "`rms_norm/flaky_ulp.py`" in contradictions and "measured **variant**" in contradictions
     assert "`rms_norm/row_per_program.py`" not in contradictions
