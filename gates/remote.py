@@ -506,9 +506,10 @@ class Runner:
             raise CandidateRaised(str(reply["error"])[:500])
         return max(min_reps, min(max_reps, _int(reply.get("reps"))))
 
-    def bench_samples(self, n: int) -> tuple[list[float], float]:
-        """`n` timed calls: their milliseconds as the runner reports them, and the judge's own
-        wall-clock seconds around the request."""
+    def bench_samples(self, n: int) -> tuple[list[float], float, int]:
+        """`n` timed calls: their milliseconds as the runner reports them, the judge's own
+        wall-clock seconds around the request, and how many of the last calls kept their outputs
+        (all on a CPU; the last chunk on a GPU), one of which `bench_reveal` can show."""
         start = time.perf_counter()
         reply = self._request({"op": "bench_samples", "n": n}, "samples")
         wall = time.perf_counter() - start
@@ -518,10 +519,13 @@ class Runner:
         if not isinstance(samples, list) or len(samples) != n or \
                 not all(isinstance(s, (int, float)) and s == s and s >= 0 for s in samples):
             raise _failure(self, "the runner reported malformed timings", "SB009")
-        return [float(s) for s in samples], wall
+        kept = reply.get("kept")
+        if type(kept) is not int or not 1 <= kept <= n:
+            raise _failure(self, "the runner reported malformed timings", "SB009")
+        return [float(s) for s in samples], wall, kept
 
     def bench_reveal(self, index: int) -> tuple:
-        """The outputs of timed call `index` of the last chunk (chosen after the chunk ran)."""
+        """The outputs of kept timed call `index` (chosen after the calls ran)."""
         reply = self._request({"op": "bench_reveal", "index": index}, "result")
         outs, placed = self._receive_outputs(reply, 0)
         late = [k for k in placed.get("late") or [] if type(k) is int]

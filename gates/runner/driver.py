@@ -289,7 +289,7 @@ class Driver:
     def bench_samples(self, message: dict) -> None:
         try:
             samples = self.prepared.samples(int(message["n"]))
-            self.reply({"op": "samples", "samples": samples, "error": None})
+            self.reply({"op": "samples", "samples": samples, "kept": len(self.prepared.kept), "error": None})
         except BaseException as exc:  # noqa: BLE001
             self.reply({"op": "samples", "samples": [], "error": loader.describe_exception(exc)})
 

@@ -30,7 +30,7 @@ def main() -> int:
     task = get_task(args.task)
     code = Path(args.candidate).read_text()
     stages = [s for s in args.stages.split(",") if s]
-    settings = EvalSettings(stage_timeout_s={s: args.timeout for s in
+    settings = EvalSettings(device=args.device, stage_timeout_s={s: args.timeout for s in
                                              ("compile", "static", "dynamic", "correctness", "benchmark")})
     with WorkerPool(args.device, workers=1) as pool:
         outcomes = pool.evaluate(code, task, settings, stages=stages)

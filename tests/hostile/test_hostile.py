@@ -50,6 +50,9 @@ DEFAULTS = {"mode": "audit", "task": "rms_norm", "gates": ["correctness"], "rule
             "timeout": 60, "harness_timeout": 150, "port": None, "kill_after": None, "max_rss_mb": None,
             "speedup_max": None, "settle": 5.0, "device": None}
 DEVICE = os.environ.get("HOSTILE_DEVICE", "cpu")
+CUDA_RSS_MB = 200
+"""What a CUDA torch adds to the audit process's own memory (H200 host: honest controls peak at
+530-645 MB there, against about 400 MB here), added to `max_rss_mb` bounds on a GPU."""
 """Where the suite runs (`HOSTILE_DEVICE=cuda` on a GPU host); cases with `device: cuda` run
 only there."""
 RULE_ID = re.compile(r"\b(?:SB|AC|CR|BI)\d{3}\b")
@@ -474,9 +477,10 @@ def escape_problems(name: str, spec: dict, run: Run, keys: dict[str, str], liste
     if found:
         problems.append(f"FILE: marker(s) written outside the sandbox: {[str(p) for p in found]}")
         remove(found)
-    if spec["max_rss_mb"] and run.peak_rss_kb > spec["max_rss_mb"] * 1024:
+    bound = spec["max_rss_mb"] and spec["max_rss_mb"] + (CUDA_RSS_MB if DEVICE == "cuda" else 0)
+    if bound and run.peak_rss_kb > bound * 1024:
         problems.append(f"MEMORY: the {spec['mode']} process peaked at {run.peak_rss_kb // 1024} MB "
-                        f"(bound {spec['max_rss_mb']} MB)")
+                        f"(bound {bound} MB)")
     return problems
 
 
