@@ -92,10 +92,14 @@ def versions() -> dict[str, str]:
     return out
 
 
+GATES: list[str] = []
+"""Gates to run (`--gate`); empty: all."""
+
+
 def audit_command(audit: Audit, device: str, timeout: float) -> list[str]:
     return [sys.executable, "-m", "agentloop", "audit", "--entry", audit.entry, "--adapter",
             str(REPO / audit.adapter), "--task", audit.task, "--device", device, "--json",
-            "--timeout", f"{timeout:g}"]
+            "--timeout", f"{timeout:g}", *(x for g in GATES for x in ("--gate", g))]
 
 
 def run_one(audit: Audit, device: str, timeout: float, env: dict[str, str]) -> dict:
@@ -183,7 +187,7 @@ def _cell(text: str) -> str:
 def detail(row: dict) -> str:
     """The counterexample, else the first error finding or gate error, in one line."""
     if row["verdict"] is None:
-        return _cell(row["error"] or "")
+        return _cell((row["error"] or "").removeprefix(f"--entry {row['entry']}: "))
     dynamic = _gate(row["verdict"], "dynamic")
     if dynamic and dynamic.get("counterexample"):
         cx = dynamic["counterexample"]
@@ -264,6 +268,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=150.0, help="Seconds each gate may run an op.")
     ap.add_argument("--libraries", help="Comma-separated import packages to audit (default: all).")
     ap.add_argument("--tasks", help="Comma-separated tasks to audit (default: all).")
+    ap.add_argument("--gate", action="append", default=[], help="Run only this gate (repeatable).")
     ap.add_argument("--from-json", type=Path, help="Render results instead of measuring.")
     ap.add_argument("--write", action="store_true", help=f"With --from-json: write {DOC.relative_to(REPO)}.")
     args = ap.parse_args()
@@ -277,6 +282,7 @@ def main() -> None:
         return
     if args.json is None:
         ap.error("--json OUT.json is required to measure")
+    GATES[:] = args.gate
     audits = [a for a in AUDITS if (not args.libraries or a.library in args.libraries.split(","))
               and (not args.tasks or a.task in args.tasks.split(","))]
     run_audits(audits, args.device, args.json, jobs=args.jobs, budget=args.budget, timeout=args.timeout)

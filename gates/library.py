@@ -206,10 +206,16 @@ def static_result(entry: LibraryEntry, task: Task) -> GateResult:
     result = gate(entry.static_source, task, entry.module_file)
     if entry.adapter is None or not entry.adapter_offset:
         return result
+    offset, name = entry.adapter_offset, entry.adapter.name
+
+    def lines_in_adapter(text: str) -> str:  # "(line 1444)" in a message -> "(adapter x.py line 6)"
+        return re.sub(r"\bline (\d+)", lambda m: f"adapter {name} line {int(m[1]) - offset}"
+                      if int(m[1]) > offset else m[0], text)
+
     findings = []
     for f in result.findings:
-        if f.line is not None and f.line > entry.adapter_offset:
-            where = f"adapter {entry.adapter.name} line {f.line - entry.adapter_offset}"
-            f = f.model_copy(update={"line": None, "message": f"{where}: {f.message}"})
-        findings.append(f)
+        update = {"message": lines_in_adapter(f.message)}
+        if f.line is not None and f.line > offset:
+            update = {"line": None, "message": f"adapter {name} line {f.line - offset}: {update['message']}"}
+        findings.append(f.model_copy(update=update))
     return result.model_copy(update={"findings": findings})
