@@ -133,3 +133,21 @@ def test_library_audit_runs_audits_and_renders_the_document(site, tmp_path):
     row = next(line for line in doc.splitlines() if "rms_norm_split`" in line)
     assert "| reject | FAIL | FAIL |" in row and "B=16" in row
     assert "unusable" in doc and "[BI001]" in doc
+
+
+def test_library_audit_merges_runs_a_later_result_wins_unless_it_was_cut():
+    def run(command, rows):
+        return {"device": "cuda", "gpu": "H200", "torch": "2.11", "triton": "3.6", "python": "3.12",
+                "date": "2026-12-01", "libraries": {}, "command": command, "audits": rows}
+
+    def row(task, error=None, verdict=None, exit=None):
+        return {"library": "fla", "task": task, "entry": "fla.x:y", "adapter": "a.py", "exit": exit,
+                "seconds": 1.0, "verdict": verdict, "error": error}
+
+    accept = {"verdict": "accept", "gates": []}
+    cut = "not run: the 5 s budget was spent"
+    first = run("one", [row("softmax", verdict=accept, exit=0), row("rms_norm", cut)])
+    second = run("two", [row("rms_norm", verdict=accept, exit=0), row("softmax", cut)])
+    merged = library_audit.merge([first, second])
+    assert merged["command"] == "one ; two"
+    assert [library_audit.summary(r) for r in merged["audits"]] == ["accept", "accept"]
