@@ -21,6 +21,8 @@ RUNNER_ALLOWED = re.compile(
     r"^(PATH|LANG|LANGUAGE|LC_\w+|TZ|CUDA_\w+|NVIDIA_\w+|TRITON_\w+|OMP_\w+|MKL_\w+|KMP_\w+|GOMP_\w+"
     r"|OPENBLAS_\w+|NVPL_\w+|LD_LIBRARY_PATH|CC|CXX)$")
 MIN_SECRET = 6
+RUNNER_USER = "agentloop-runner"
+"""The user name a runner sees (its uid has no passwd entry: `getpass.getuser()` reads this)."""
 
 
 def _allowed(environ: Mapping[str, str], pattern: re.Pattern) -> dict[str, str]:
@@ -36,7 +38,8 @@ def runner_environ(environ: Mapping[str, str], workdir: str, device: str) -> dic
     """The environment of a runner: device and thread settings only, every cache and home in
     its work directory."""
     env = _allowed(environ, RUNNER_ALLOWED)
-    env.update(HOME=workdir, TMPDIR=workdir, TRITON_CACHE_DIR=os.path.join(workdir, ".triton"),
+    env.update(HOME=workdir, TMPDIR=workdir, USER=RUNNER_USER, LOGNAME=RUNNER_USER,
+               TRITON_CACHE_DIR=os.path.join(workdir, ".triton"),
                XDG_CACHE_HOME=os.path.join(workdir, ".cache"), PYTHONDONTWRITEBYTECODE="1",
                PYTHONUNBUFFERED="1", TORCHINDUCTOR_CACHE_DIR=os.path.join(workdir, ".inductor"))
     if device == "cpu":

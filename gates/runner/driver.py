@@ -426,6 +426,18 @@ def _count_launches(counter: list[int]) -> None:
         cls.run = counting
 
 
+def _forget_hidden_paths(hidden: list[str], keep: list[str]) -> None:
+    """Drop import-path entries the cage hides (the project the driver was imported from): a
+    library's late import would otherwise list them, and be refused as a read outside the work
+    directory (SB003) though it never meant to look there."""
+    under = lambda path, roots: any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+    visible = [p for p in sys.path if not under(os.path.realpath(p or "."), hidden) or
+               under(os.path.realpath(p or "."), keep)]
+    for path in set(sys.path) - set(visible):
+        sys.path_importer_cache.pop(path, None)
+    sys.path[:] = visible
+
+
 def main() -> None:
     """The runner process: cage, warm up, serve."""
     fd, cfg = int(sys.argv[1]), json.loads(sys.argv[2])
@@ -450,6 +462,7 @@ def main() -> None:
                       keep=cfg["keep"],
                       reference_dirs=cfg["reference_dirs"],
                       candidate_dir=os.path.join(cfg["workdir"], "candidate"))
+        _forget_hidden_paths(cfg["hide"], cfg["keep"])
     except BaseException as exc:  # noqa: BLE001
         wire.send(sock, {"op": "boot-error", "error": loader.describe_exception(exc)})
         return

@@ -38,9 +38,14 @@ def describe_exception(exc: BaseException) -> str:
     if len(text) > 400:
         text = text[:397] + "..."
     where = ""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+    frames = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(frames):
         if os.path.realpath(frame.filename) in _candidate_files:
-            where = f" (at {Path(frame.filename).name} line {frame.lineno})"
+            where = f" (at {Path(frame.filename).name} line {frame.lineno}"
+            inner = frames[-1]
+            if inner is not frame and not inner.filename.startswith("<"):  # raised in a library
+                where += f", raised in {'/'.join(Path(inner.filename).parts[-2:])} line {inner.lineno}"
+            where += ")"
             break
     return text + where
 
