@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from gates.contract import get_task
 from gates.sandbox import Job, Sandbox, WorkerLimits, describe_exit
@@ -187,3 +188,19 @@ def test_worker_and_its_directory_end_when_its_parent_is_killed_mid_job(tmp_path
         time.sleep(0.2)
     os.kill(worker, signal.SIGKILL)
     pytest.fail("the worker outlived its parent")
+
+
+def test_a_library_that_takes_a_multiprocessing_lock_at_import_loads_in_its_runner():
+    """The runner's /dev/shm is its own empty tmpfs, writable (FlagGems takes a lock at import;
+    a 0755 root tmpfs made every op of it fail to import on the H200)."""
+    from gates.remote import Runner
+
+    code = ("import multiprocessing\nimport torch\n_lock = multiprocessing.Lock()\n\n"
+            "def rms_norm(x, weight, eps):\n    with _lock:\n        return x * weight\n")
+    runner = Runner("cpu")
+    try:
+        runner.load(code, "rms_norm")
+        x, w = torch.ones(2, 4), torch.full((4,), 2.0)
+        assert torch.equal(runner.call([x, w, 1e-6]).outs[0], x * w)
+    finally:
+        runner.stop()

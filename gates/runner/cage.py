@@ -74,7 +74,10 @@ def _cover(root: str, keep: list[str]) -> None:
     inside = [k for k in keep if k.startswith(root.rstrip("/") + "/")]
     fds = {k: os.open(k, os.O_PATH) for k in inside if os.path.exists(k)}
     try:
-        _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m")
+        # /dev/shm stays usable (libraries take multiprocessing locks at import: sem_open), as
+        # an empty tmpfs only this runner's mount namespace sees.
+        mode = "1777" if root == "/dev/shm" else "0755"
+        _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode},size=16m")
         for k, fd in sorted(fds.items()):
             if os.path.isdir(f"/proc/self/fd/{fd}"):
                 os.makedirs(k, mode=0o755, exist_ok=True)
