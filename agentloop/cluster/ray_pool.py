@@ -32,6 +32,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from agentloop.cluster.actor import EvaluationActor, task_digest
@@ -70,10 +71,11 @@ def connect(address: str) -> bool:
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # a cluster started here reports nothing out
     kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
-    if address == "local":
+    if address != "local":
+        _probe(address)  # Ray itself would retry an unreachable head for minutes
+    if address == "local":  # a new instance, never one found on this machine
         kwargs["include_dashboard"] = False
-    else:
-        kwargs["address"] = address
+    kwargs["address"] = address
     try:
         ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -82,6 +84,31 @@ def connect(address: str) -> bool:
             "check the address (HOST:PORT of the head node) and that this machine can reach it"
         raise ClusterError(f"cannot join the Ray cluster at {address}: {first}; {hint}") from None
     return True
+
+
+def _probe(address: str, within: float = 10.0) -> None:
+    """ClusterError at once when nothing answers at the head node's address (HOST:PORT, or what
+    auto stands for: RAY_ADDRESS, else the cluster `ray start` recorded on this machine)."""
+    import socket
+
+    target = address
+    if address == "auto":
+        target = os.environ.get("RAY_ADDRESS") or ""
+        if not target:
+            try:
+                target = Path("/tmp/ray/ray_current_cluster").read_text().strip()
+            except OSError:
+                return  # Ray says itself that no cluster runs here
+    host, _, port = target.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=within).close()
+    except OSError as exc:
+        hint = "start one with `ray start --head`, or use --ray local" if address == "auto" else \
+            "check the address (HOST:PORT of the head node) and that this machine can reach it"
+        raise ClusterError(f"cannot join the Ray cluster at {address}: nothing answers at {target} "
+                           f"({exc.strerror or exc}); {hint}") from None
 
 
 @dataclass(eq=False)
