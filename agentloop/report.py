@@ -125,6 +125,8 @@ class RunData(BaseModel):
     "hash|task"."""
     provenance: list[dict[str, Any]] = []
     """One entry per `agentloop run` on the directory (provenance.jsonl)."""
+    timed_on: dict[str, int] = {}
+    """Benchmarks in the evaluation cache, by the name of the device that timed them."""
     kernels: set[str] = set()
     """Final kernel files present in the directory, relative to it."""
 
@@ -175,10 +177,12 @@ def load_run(run_dir: Path, campaign_name: str | None = None) -> RunData:
         g["findings"] = json.loads(g["findings"] or "[]")
         g["counterexample"] = json.loads(g["counterexample"]) if g["counterexample"] else None
     benchmarks, production = {}, {}
+    timed_on: Counter[str] = Counter()
     for row in cached:
         bench = (json.loads(row["result"]).get("benchmark") or {}).get("benchmark") or {}
         if bench.get("shapes"):
             benchmarks[f"{row['hash']}|{row['task']}"] = bench["shapes"]
+            timed_on[bench.get("device_name") or "unnamed device"] += 1
         if (bench.get("production_speedup") or 0) > 0:
             production[f"{row['hash']}|{row['task']}"] = float(bench["production_speedup"])
     provenance = []
@@ -191,7 +195,7 @@ def load_run(run_dir: Path, campaign_name: str | None = None) -> RunData:
     kernels = {str(p.relative_to(run_dir)) for p in run_dir.glob("kernels/*/*.py")}
     return RunData(name=name, campaign=campaign, task_results=tasks, candidates=candidates,
                    gate_results=gates, benchmarks=benchmarks, production=production, provenance=provenance,
-                   kernels=kernels)
+                   kernels=kernels, timed_on=dict(timed_on))
 
 
 def production_speedup(run: RunData, row: dict[str, Any]) -> float | None:
@@ -398,6 +402,18 @@ def provenance_lines(run: RunData) -> list[str]:
     return lines
 
 
+def timed_on_line(run: RunData) -> str:
+    """Which device types timed the run's benchmarks: speedups are only compared within one."""
+    if not run.timed_on:
+        return ""
+    kinds = ", ".join(f"{name} ({n})" for name, n in sorted(run.timed_on.items(), key=lambda x: -x[1]))
+    if len(run.timed_on) == 1:
+        return f"Benchmarks timed on {kinds}; speedups are only compared within one device type."
+    return (f"Benchmarks timed on several device types: {kinds}. Speedups are only comparable within one "
+            "device type (a cluster run times every benchmark on one type, `cluster.timing_device`); "
+            "this directory mixes runs on different devices.")
+
+
 def interpreted(run: RunData) -> bool:
     """Whether the kernels were timed on a CPU, through Triton's interpreter."""
     devices = {p.get("device") for p in run.provenance} | {run.campaign.get("device")}
@@ -428,6 +444,7 @@ def report_context(run: RunData, summary: Summary, plots: dict[str, Path]) -> di
     return {"name": run.name, "setup": setup, "cells": cells, "retention": retention,
             "tasks": run.task_names(), "candidates": len(run.candidates),
             "interpreted": interpreted(run), "provenance": provenance_lines(run),
+            "timed_on": timed_on_line(run),
             "duration": f"{seconds:.0f} s over {len(run.provenance)} run(s)" if run.provenance else "",
             "per_task": per_task(run), "rejected": rejected, "observed": observed, "modes": MODES,
             "plots": [{"file": p.name, "title": title, "data_uri": "data:image/png;base64,"
