@@ -2,7 +2,8 @@
 
 Tries: starts a torch.multiprocessing child (named hst-gpu_ipc_child) and sends it the output
 tensor through CUDA IPC; the child fills it in after the call returned and lives on.
-Gates must report: SB002 (process started) or CR005 / SB010; no process may be left.
+Gates must report: SB002 (process started), SB005 (a process left, swept) or CR005 / SB010; no
+process may be left.
 """
 
 import torch
