@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +43,9 @@ def describe_exception(exc: BaseException) -> str:
     for frame in reversed(frames):
         if os.path.realpath(frame.filename) in _candidate_files:
             where = f" (at {Path(frame.filename).name} line {frame.lineno}"
-            inner = frames[-1]
+            # the innermost frame of a library: not the runner's own hook, not the standard library
+            skip = (os.path.dirname(os.path.abspath(__file__)), sysconfig.get_paths()["stdlib"])
+            inner = next(f for f in reversed(frames) if f is frame or not f.filename.startswith(skip))
             if inner is not frame and not inner.filename.startswith("<"):  # raised in a library
                 where += f", raised in {'/'.join(Path(inner.filename).parts[-2:])} line {inner.lineno}"
             where += ")"
