@@ -192,7 +192,7 @@ class Driver:
         track = bool(message.get("track"))
         try:
             outs = self.deliver(result, error, extra={
-            "state_changes": changed, "launches": self.launches[0] - launches,
+                "state_changes": changed, "launches": self.launches[0] - launches,
                 "reused": track and self.outputs_overwritten()})
         except Exception as exc:  # noqa: BLE001 - an output object that breaks when looked at
             self.recorder.add("SB007", f"an output could not be read as a tensor ({type(exc).__name__})")
@@ -430,9 +430,8 @@ def _forget_hidden_paths(hidden: list[str], keep: list[str]) -> None:
     """Drop import-path entries the cage hides (the project the driver was imported from): a
     library's late import would otherwise list them, and be refused as a read outside the work
     directory (SB003) though it never meant to look there."""
-    under = lambda path, roots: any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-    visible = [p for p in sys.path if not under(os.path.realpath(p or "."), hidden) or
-               under(os.path.realpath(p or "."), keep)]
+    visible = [p for p in sys.path if not hooks._under(os.path.realpath(p or "."), tuple(hidden)) or
+               hooks._under(os.path.realpath(p or "."), tuple(keep))]
     for path in set(sys.path) - set(visible):
         sys.path_importer_cache.pop(path, None)
     sys.path[:] = visible
