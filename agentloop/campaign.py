@@ -52,6 +52,9 @@ class EvalOptions(_Strict):
     """Benchmark with CUDA-graph replay."""
     compile_reference: bool = False
     """Also time a torch.compile'd reference as a second baseline."""
+    production_baselines: bool = True
+    """Time the task's production baselines (`baselines:` in its task file) beside candidate and
+    reference; false times only those two (shorter benchmarks, no `production_speedup`)."""
 
 
 class Cluster(_Strict):
@@ -166,7 +169,8 @@ class Campaign(_Strict):
         timeouts = {**EvalSettings().stage_timeout_s, **self.evaluation.stage_timeout_s}
         return EvalSettings(device=self.device, stage_timeout_s=timeouts,
                             cuda_graph=self.evaluation.cuda_graph,
-                            compile_reference=self.evaluation.compile_reference)
+                            compile_reference=self.evaluation.compile_reference,
+                            production_baselines=self.evaluation.production_baselines)
 
 
 def _one_line(exc: ValidationError) -> str:

@@ -36,6 +36,8 @@ class EvalSettings(BaseModel):
     """Benchmark with CUDA-graph replay."""
     compile_reference: bool = False
     """Also time a torch.compile'd reference as a second baseline."""
+    production_baselines: bool = True
+    """Time the task's production baselines too."""
 
     def key(self, code_hash: str, task: str) -> str:
         """The evaluation-cache key of one candidate under these settings and this version of

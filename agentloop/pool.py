@@ -288,7 +288,8 @@ class WorkerPool:
             return stage_outcome(stage, booted, booted.seconds)
         kwargs: dict = {"code": code, "task": task, "device": sandbox.device}
         if stage == "benchmark":
-            kwargs.update(cuda_graph=settings.cuda_graph, compile_reference=settings.compile_reference)
+            kwargs.update(cuda_graph=settings.cuda_graph, compile_reference=settings.compile_reference,
+                          production_baselines=settings.production_baselines)
         timeout = settings.stage_timeout_s.get(stage, default_stage_timeout(stage))
         use = self._use[sandbox.requested_device]
         alone = self.exclusive_benchmark and stage == "benchmark"

@@ -2,6 +2,8 @@
 and the benchmark times them beside the candidate (speedups per shape and overall), leaving out a
 baseline that cannot run instead of failing the candidate."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -175,3 +177,21 @@ def test_feedback_says_where_the_kernel_stands_against_the_production_baseline(t
     # Without a timed baseline, nothing is said about one.
     bench.production_speedup = None
     assert "production baseline" not in feedback(c, LoopState(task="rms_norm", candidates=[c]), ctx)
+
+
+@pytest.mark.parametrize("production", [True, False])
+def test_a_campaign_can_leave_the_production_baselines_out(production):
+    """`eval: {production_baselines: false}` reaches the benchmark stage: only candidate and
+    reference are timed (the campaign-time comparisons with runs from before baselines existed)."""
+    from agentloop import worker_jobs
+    from agentloop.campaign import parse_campaign
+
+    campaign = parse_campaign({"name": "t", "tasks": ["rms_norm"],
+                               "eval": {"production_baselines": production}})
+    assert campaign.eval_settings().production_baselines is production
+    code = (Path(__file__).parent / "fixtures" / "pool" / "rms_norm_torch.py").read_text()
+    result = worker_jobs.benchmark_job(code, SUITE["rms_norm"], "cpu",
+                                       production_baselines=campaign.eval_settings().production_baselines)
+    assert result.correct, result.error
+    assert all(bool(s.baselines) is production for s in result.shapes)
+    assert (result.production_speedup is not None) is production
