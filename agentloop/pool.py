@@ -20,6 +20,8 @@ in its timings (`exclusive_benchmark`).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -30,6 +32,7 @@ from typing import Literal
 from agentloop import worker_jobs
 from agentloop.benchmark import BenchmarkResult
 from agentloop.evaluation import BI_STAGES, STAGES, EvalSettings, Stage, StageOutcome, code_hash
+from gates import kernel_cache
 from gates.contract import Task
 from gates.sandbox import Job, JobResult, Sandbox, WorkerLimits
 from gates.verdict import GateResult
@@ -111,7 +114,10 @@ class WorkerPool:
             raise ValueError(f"unknown device {device!r}; use cpu or cuda")
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be at least 1, not {workers}")
-        env: dict[str, str] = {}
+        # One store of compiled kernels for the pool's judges (gates.kernel_cache): a candidate's
+        # kernels are compiled once, whichever worker runs its next stage.
+        self._kernels = tempfile.mkdtemp(prefix="agentloop-kernels-")
+        env: dict[str, str] = {kernel_cache.VARIABLE: self._kernels}
         if device == "cuda":
             import torch
 
@@ -139,6 +145,7 @@ class WorkerPool:
         except BaseException:
             for w in self._workers:
                 w.sandbox.close()
+            shutil.rmtree(self._kernels, ignore_errors=True)
             raise
         self._idle: list[_Worker] = list(self._workers)
 
@@ -191,6 +198,7 @@ class WorkerPool:
             t.start()
         for t in threads:
             t.join()
+        shutil.rmtree(self._kernels, ignore_errors=True)
 
     def terminate(self) -> None:
         """Kill every worker at once, without waiting for the stages running now (an interrupted

@@ -17,6 +17,7 @@ uid when it dropped root, else by a marker in its environment) is killed and rep
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import json
 import mmap
@@ -36,9 +37,10 @@ from typing import Any
 
 import torch
 
+from gates import kernel_cache
 from gates.environment import runner_environ
 from gates.runner import wire
-from gates.runner.driver import dtype_table
+from gates.runner.driver import dtype_table, pin, unpin
 from gates.runner.loader import CandidateError
 from gates.runner_process import (
     describe_exit,
@@ -119,14 +121,18 @@ def sandbox_finding(rule: str, message: str) -> Finding:
 
 # The arena ---------------------------------------------------------------------------------
 class HostArena:
-    """Shared memory the judge owns: inputs go in, outputs come back. Grows by replacement."""
+    """Shared memory the judge owns: inputs go in, outputs come back. Grows by replacement.
+    Page-locked for a GPU runner (both sides pin their mapping), so the copies between device
+    and arena run at DMA speed."""
 
     ALIGN = 256
 
-    def __init__(self) -> None:
+    def __init__(self, gpu: bool = False) -> None:
         self.size = 0
         self.bytes: torch.Tensor | None = None
         self.fd: int | None = None
+        self.gpu = gpu
+        self._unpin: weakref.finalize | None = None
 
     def ensure(self, size: int) -> int | None:
         """Make the arena at least `size` bytes; the new memfd to send, or None if it fits."""
@@ -135,10 +141,20 @@ class HostArena:
         size = max(size, 2 * self.size, 1 << 20)
         fd = os.memfd_create("agentloop-arena", 0)
         os.ftruncate(fd, size)
+        self.release()
         self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
+        if self.gpu and pin(torch, self.bytes):
+            # Page-locked memory is scarce: unlocked when replaced, when the runner stops, or
+            # at the latest when this arena is collected.
+            self._unpin = weakref.finalize(self, unpin, torch, self.bytes.data_ptr())
         self.size, self.fd = size, fd
         return fd
+
+    def release(self) -> None:
+        if self._unpin is not None:
+            self._unpin()
+            self._unpin = None
 
     def view(self, offset: int, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
         n = torch.empty((), dtype=dtype).element_size() * _numel(shape)
@@ -194,7 +210,7 @@ class Runner:
         self.marker = f"{os.getpid()}-{os.urandom(8).hex()}"
         self.findings: list[Finding] = []
         self.isolation: dict[str, Any] = {}
-        self.arena = HostArena()
+        self.arena = HostArena(gpu=device != "cpu")
         self._slots: dict[int, tuple[int, weakref.ref]] = {}
         self._freed: list[int] = []
         self._next_slot = 0
@@ -229,8 +245,9 @@ class Runner:
         self.sock = parent
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
+        self._salvage: list = []
         self._finalizer = weakref.finalize(self, destroy, self.proc, self.sock, self.workdir, self.uid,
-                                           self.marker)
+                                           self.marker, self._salvage)
 
     # Output of the runner ----------------------------------------------------------------
     def _drain(self) -> None:
@@ -362,8 +379,12 @@ class Runner:
         """Load the candidate; the torch settings its import changed. CandidateError when it does
         not import or has no entry function."""
         self.wait_ready()
-        reply = self._request({"op": "load", "code": code, "entry": entry}, "loaded")
         self.code_hash = hashlib.sha256(code.encode()).hexdigest()
+        # Kernels this code compiled in earlier runners come back, and what it compiles here is
+        # kept when this runner stops (gates.kernel_cache).
+        kernel_cache.restore(self.code_hash, self.workdir, self.uid)
+        self._salvage[:] = [functools.partial(kernel_cache.keep, self.code_hash, self.workdir, self.uid)]
+        reply = self._request({"op": "load", "code": code, "entry": entry}, "loaded")
         if reply.get("error"):
             raise CandidateError(str(reply["error"])[:500])
         changes = reply.get("state_changes")
@@ -431,8 +452,10 @@ class Runner:
                 outs.append(_foreign(h.get("type") if isinstance(h, dict) else None))
                 continue
             dtype, shape, _ = spec
-            data = self.arena.view(off, dtype, shape).clone()
-            outs.append(data.to(self.device) if h["device"] == "cuda" and self.device != "cpu" else data)
+            view = self.arena.view(off, dtype, shape)
+            # A copy either way: what is compared is the judge's own memory, not the arena.
+            outs.append(view.to(self.device, copy=True) if h["device"] == "cuda" and self.device != "cpu"
+                        else view.clone())
         return tuple(outs), placed
 
     def _output_spec(self, h: object) -> tuple[torch.dtype, list[int], int] | None:
@@ -556,6 +579,7 @@ class Runner:
     def stop(self) -> None:
         """Kill the runner and everything it started, and remove its files."""
         self._finalizer()
+        self.arena.release()
 
     @property
     def alive(self) -> bool:

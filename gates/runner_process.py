@@ -145,7 +145,10 @@ def describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
-def destroy(proc: subprocess.Popen, sock: socket.socket, workdir: str, uid: int, marker: str) -> None:
+def destroy(proc: subprocess.Popen, sock: socket.socket, workdir: str, uid: int, marker: str,
+            salvage: list | None = None) -> None:
+    """Kill the runner and all it started, run `salvage` (callables that copy what is worth
+    keeping out of its work directory, once nothing of it runs), and remove its files."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -169,6 +172,8 @@ def destroy(proc: subprocess.Popen, sock: socket.socket, workdir: str, uid: int,
                     pass
         time.sleep(0.05)
     sock.close()
+    for fn in salvage or ():
+        fn()
     shutil.rmtree(workdir, ignore_errors=True)
 
 
