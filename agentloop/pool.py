@@ -220,12 +220,13 @@ class WorkerPool:
 
     @contextmanager
     def _worker(self, key: str | None) -> Iterator[_Worker]:
-        """A free worker for the caller alone, preferably one that has loaded this candidate."""
+        """A free worker for the caller alone, preferably the one whose runner holds this
+        candidate now (its next stage then needs no new runner)."""
         with self._cond:
             self._cond.wait_for(lambda: self._closed or self._idle)
             if self._closed:
                 raise RuntimeError("the worker pool is closed")
-            worker = next((w for w in self._idle if key in w.loaded), self._idle[0])
+            worker = next((w for w in self._idle if key is not None and w.current == key), self._idle[0])
             self._idle.remove(worker)
         try:
             yield worker

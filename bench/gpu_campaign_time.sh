@@ -49,6 +49,9 @@ timeout -s INT -k 20 "$LIMIT" python3 -m agentloop run "$campaign" --out runs/ti
     > "$OUT/run.log" 2>&1
 echo "exit $? after $((SECONDS - start)) s" >> "$OUT/run.log"
 [ "$WAY" = ray ] && python3 -m ray.scripts.scripts stop > /dev/null 2>&1
-cp runs/time-"$WAY"/{summary.json,report.md,results.sqlite,campaign.yaml} "$OUT/" 2>/dev/null
+cp runs/time-"$WAY"/{summary.json,report.md,campaign.yaml} "$OUT/" 2>/dev/null
+# SQLite's backup, not cp: the results live partly in the write-ahead log until a checkpoint.
+python3 -c "import sqlite3, sys; d = sqlite3.connect(sys.argv[2]); sqlite3.connect(sys.argv[1]).backup(d); d.close()" \
+    runs/time-"$WAY"/results.sqlite "$OUT/results.sqlite"
 cd "$HERE"
 cat "$OUT/env.txt"; tail -n 12 "$OUT/run.log"

@@ -13,6 +13,9 @@ What crosses, and why it stays contained:
   runner's uid does not own), in Triton's layout (`<key>/<file>`, plain names), bounded in
   count and size; everything else in the cache is left behind with the runner;
 - what a candidate can learn from it (that it was loaded before) a reused runner already tells it.
+A second store, `BOOT`, holds what a runner compiled while it booted, before any candidate was
+loaded (Triton's driver module for the GPU, built with the host compiler): it is trusted, and
+every new runner starts with it, so none compiles it again.
 The store lives as long as the pool that made it (`AGENTLOOP_KERNEL_CACHE`), else as long as this
 process.
 """
@@ -33,6 +36,9 @@ SUBDIR = ".triton"
 MAX_FILES = 512
 MAX_BYTES = 256 << 20
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+
+BOOT = "_boot"
+"""The store of what runners compile while booting (no candidate code has run in them yet)."""
 
 _own: list[str] = []
 
@@ -126,3 +132,11 @@ def restore(code_hash: str, workdir: str, uid: int) -> int:
     except OSError:
         pass
     return copied
+
+
+def keep_boot(workdir: str, uid: int) -> int:
+    """Called once a runner has booted and before a candidate is loaded into it: keep what it
+    compiled while booting, if the boot store is still empty."""
+    if os.path.isdir(os.path.join(store_root(), BOOT)):
+        return 0
+    return keep(BOOT, workdir, uid)

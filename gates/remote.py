@@ -232,6 +232,9 @@ class Runner:
                   "reference_dirs": [os.path.realpath(r) for r in reference_dirs],
                   "memory_bytes": self.memory_bytes if device == "cpu" else None,
                   "cpu_seconds": cpu_seconds, "processes": 512, "file_bytes": 1 << 30, "open_files": 1024}
+        # What earlier runners compiled while booting (gates.kernel_cache); the cage hands the
+        # work directory to the runner's uid.
+        kernel_cache.restore(kernel_cache.BOOT, self.workdir, -1)
         parent, child = socket.socketpair()
         env = runner_environ(os.environ, self.workdir, device)
         env["AGENTLOOP_RUNNER"] = self.marker
@@ -379,6 +382,7 @@ class Runner:
         """Load the candidate; the torch settings its import changed. CandidateError when it does
         not import or has no entry function."""
         self.wait_ready()
+        kernel_cache.keep_boot(self.workdir, self.uid)  # before any candidate code has run here
         self.code_hash = hashlib.sha256(code.encode()).hexdigest()
         # Kernels this code compiled in earlier runners come back, and what it compiles here is
         # kept when this runner stops (gates.kernel_cache).

@@ -81,7 +81,8 @@ def test_the_judge_copies_only_regular_files_it_can_vouch_for(tmp_path, store):
     (cache / "bad name").mkdir()
     (cache / "bad name" / "f").write_text("x")
     assert kernel_cache.keep("h", str(work), -1) == 1
-    assert sorted(p.relative_to(store / "h").as_posix() for p in (store / "h").rglob("*")) == ["KEY", "KEY/ok.json"]
+    kept = sorted(p.relative_to(store / "h").as_posix() for p in (store / "h").rglob("*"))
+    assert kept == ["KEY", "KEY/ok.json"]
 
 
 def test_the_store_is_bounded(tmp_path, store, monkeypatch):
@@ -91,3 +92,33 @@ def test_the_store_is_bounded(tmp_path, store, monkeypatch):
     for i in range(5):
         (cache / f"f{i}").write_text("x")
     assert kernel_cache.keep("h", str(tmp_path / "runner"), -1) == 3
+
+
+def test_what_a_runner_built_while_booting_reaches_every_later_runner_and_candidates_do_not(store):
+    boot = store / kernel_cache.BOOT / "DRIVER"
+    booted = Runner("cpu", reference_dirs=reference_dirs(RMS))
+    try:
+        booted.wait_ready()
+        # as Triton's driver module would be on a GPU, built before any candidate is loaded
+        built = os.path.join(booted.workdir, ".triton", "DRIVER")
+        os.makedirs(built)
+        with open(os.path.join(built, "cuda_utils.so"), "wb") as f:
+            f.write(b"driver")
+        if booted.uid > 0:  # the runner's own files, as if it had written them
+            for path in (os.path.dirname(built), built, os.path.join(built, "cuda_utils.so")):
+                os.chown(path, booted.uid, booted.uid)
+        booted.load(WRITES.format(tag="a"), "rms_norm")  # the candidate writes KEYA at import
+    finally:
+        booted.stop()
+    assert sorted(p.name for p in (store / kernel_cache.BOOT).iterdir()) == ["DRIVER"]
+    assert (boot / "cuda_utils.so").read_bytes() == b"driver"
+
+    later = Runner("cpu", reference_dirs=reference_dirs(RMS))
+    try:
+        later.wait_ready()
+        path = os.path.join(later.workdir, ".triton", "DRIVER", "cuda_utils.so")
+        assert open(path, "rb").read() == b"driver"
+        if later.uid > 0:  # handed to the runner's own uid by the cage
+            assert os.stat(path).st_uid == later.uid
+    finally:
+        later.stop()

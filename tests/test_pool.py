@@ -241,3 +241,22 @@ def test_a_result_returned_before_the_cuda_context_broke_still_fails():
     outcome = stage_outcome("benchmark", fatal, 1.0)
     assert not outcome.passed and outcome.error == f"CUDA context corrupted: {fault}; worker replaced"
     assert outcome.benchmark.speedup == -1.0 and not outcome.benchmark.correct
+
+
+def test_a_stage_goes_to_the_worker_whose_runner_holds_the_candidate(pool):
+    """Loaded once is not enough: the worker must still hold it (else its next stage starts a
+    runner like any other worker would)."""
+    first, second = pool._workers
+    saved = [(w.loaded, w.current) for w in pool._workers]
+    try:
+        first.loaded, first.current = {"a", "c"}, "c"   # held a once, holds c now
+        second.loaded, second.current = {"a"}, "a"
+        pool._idle[:] = [first, second]
+        with pool._worker("a") as worker:
+            assert worker is second
+        pool._idle[:] = [first, second]
+        with pool._worker("b") as worker:  # nobody holds b: the first free one
+            assert worker is first
+    finally:
+        for w, (loaded, current) in zip(pool._workers, saved, strict=True):
+            w.loaded, w.current = loaded, current

@@ -459,6 +459,18 @@ def _forget_hidden_paths(hidden: list[str], keep: list[str]) -> None:
     sys.path[:] = visible
 
 
+def _warm_triton() -> None:
+    """Build Triton's GPU driver module now, while the runner boots in the background (the host
+    compiler takes seconds), not inside the candidate's first call; the judge keeps the result
+    for the next runners (gates.kernel_cache)."""
+    try:
+        from triton.runtime.driver import driver
+
+        driver.active.get_current_target()
+    except Exception:  # noqa: BLE001 - a Triton without this API: the first launch builds it
+        pass
+
+
 def main() -> None:
     """The runner process: cage, warm up, serve."""
     fd, cfg = int(sys.argv[1]), json.loads(sys.argv[2])
@@ -477,6 +489,7 @@ def main() -> None:
         faulthandler.enable(all_threads=False)
         if cfg["device"] != "cpu":
             torch.zeros(1, device="cuda").add_(1).item()
+            _warm_triton()
         recorder = hooks.Recorder()
         driver = Driver(sock, cfg, recorder)
         hooks.install(recorder, workdir=cfg["workdir"], writable=cfg["writable"], hidden=cfg["hide"],
