@@ -139,9 +139,13 @@ class WorkerPool:
         self._closed = False
         self._workers: list[_Worker] = []
         try:
+            # Spare runners per worker: on a GPU two, since a runner's boot (torch, the CUDA
+            # context, Triton's driver) takes longer than many stages; on a CPU one, to leave
+            # the cores to the stages.
+            spares = 2 if device == "cuda" else 1
             for d in devices:  # each starts booting at once; the first job waits for it
                 self._workers.append(_Worker(Sandbox(d, limits=limits, start_timeout=start_timeout, env=env,
-                                                            spare_runner=True)))
+                                                     spare_runners=spares)))
         except BaseException:
             for w in self._workers:
                 w.sandbox.close()

@@ -93,16 +93,11 @@ def benchmark_job(code: str, task: Task, device: str, cuda_graph: bool = False,
 
 
 def ping() -> int:
-    """The worker's process id, once its spare runner has booted too (warm-up, tests): so the
-    first candidate's stages do not count the runner's start-up."""
+    """The worker's process id, once its next spare runner has booted too (warm-up, tests): so
+    the first candidate's stages do not count the runner's start-up."""
     from gates.remote import RUNNERS
 
-    if RUNNERS.spare is not None:
-        try:
-            RUNNERS.spare.wait_ready()
-        except Exception:  # noqa: BLE001 - a runner that cannot start fails its candidate's stage instead
-            RUNNERS.spare.stop()
-            RUNNERS.spare = None
+    RUNNERS.wait_spare()
     return os.getpid()
 
 

@@ -609,18 +609,24 @@ class RemoteEntry:
 
 
 class Runners:
-    """The judge's runners: the one holding the current candidate, and a spare booting for the
-    next (so a new candidate does not wait for Python, torch and the cage)."""
+    """The judge's runners: the one holding the current candidate, and spares booting for the
+    next ones (so a new candidate does not wait for Python, torch and the cage)."""
 
     def __init__(self) -> None:
         self.current: Runner | None = None
-        self.spare: Runner | None = None
-        self.keep_spare = False
-        """Start the next candidate's runner as soon as one is taken (a pool's workers)."""
+        self.spares: list[Runner] = []
+        """Booted or booting, oldest first."""
+        self.keep_spares = 0
+        """Spares kept booting: each one taken is replaced at once (a pool's workers). On a GPU a
+        runner boots in seconds (torch, the CUDA context, Triton's driver), and when stages of
+        different candidates follow each other faster than that, one spare is not enough."""
         self.memory_bytes: int | None = None
         """Each runner's memory limit; None: half of physical memory."""
         self.device: str | None = None
         self.reference_dirs: list[str] = []
+
+    def _new(self) -> Runner:
+        return Runner(self.device, reference_dirs=self.reference_dirs, memory_bytes=self.memory_bytes)
 
     def for_code(self, code: str, entry: str, device: str,
                  reference_dirs: list[str]) -> tuple[Runner, list[str]]:
@@ -633,18 +639,27 @@ class Runners:
         if self.device != device or self.reference_dirs != reference_dirs:
             self.close()
             self.device, self.reference_dirs = device, list(reference_dirs)
-        runner = self.spare or Runner(device, reference_dirs=reference_dirs, memory_bytes=self.memory_bytes)
-        self.spare = None
+        runner = self.spares.pop(0) if self.spares else self._new()
         self.current = runner
-        if self.keep_spare:
-            self.spare = Runner(device, reference_dirs=reference_dirs, memory_bytes=self.memory_bytes)
+        while len(self.spares) < self.keep_spares:
+            self.spares.append(self._new())
         return runner, runner.load(code, entry)
 
     def prestart(self, device: str, reference_dirs: list[str]) -> None:
-        """Start a runner booting now, for the first candidate to come."""
-        if self.spare is None:
+        """Start the spares booting now (at least one), for the first candidates to come."""
+        if not self.spares:
             self.device, self.reference_dirs = device, list(reference_dirs)
-            self.spare = Runner(device, reference_dirs=reference_dirs, memory_bytes=self.memory_bytes)
+        while len(self.spares) < max(1, self.keep_spares):
+            self.spares.append(self._new())
+
+    def wait_spare(self) -> None:
+        """Wait until the next spare has booted; one that cannot start is dropped (its
+        candidate's stage then starts a runner of its own and says why it failed)."""
+        if self.spares:
+            try:
+                self.spares[0].wait_ready()
+            except Exception:  # noqa: BLE001
+                self.spares.pop(0).stop()
 
     def stop_current(self) -> None:
         if self.current is not None:
@@ -653,9 +668,8 @@ class Runners:
 
     def close(self) -> None:
         self.stop_current()
-        if self.spare is not None:
-            self.spare.stop()
-            self.spare = None
+        while self.spares:
+            self.spares.pop().stop()
 
 
 RUNNERS = Runners()

@@ -13,8 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-UID_SLOTS = 4
-"""Runner uids a judge process cycles through (a runner and its spare at most are alive)."""
+UID_SLOTS = 8
+"""Runner uids a judge process cycles through (a runner and its spares, at most three, are
+alive; a uid comes back only after every runner that had it was destroyed)."""
 
 
 # Where the runner may look ---------------------------------------------------------------

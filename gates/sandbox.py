@@ -102,7 +102,7 @@ class Sandbox:
 
     def __init__(self, device: str = "cpu", *, limits: WorkerLimits | None = None,
                  start_timeout: float = 300.0, env: dict[str, str] | None = None,
-                 spare_runner: bool = False) -> None:
+                 spare_runners: int = 0) -> None:
         if device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", device):
             raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
         self.requested_device = device
@@ -117,8 +117,8 @@ class Sandbox:
         self._ready = False
         self._finalizer: weakref.finalize | None = None
         self._cpu_seconds: float | None = None
-        self.spare_runner = spare_runner
-        """Keep a runner booting for the next candidate (pools; not worth it for one audit)."""
+        self.spare_runners = spare_runners
+        """Runners kept booting for the next candidates (pools; not worth it for one audit)."""
         self.restarts = 0
         self._start()
 
@@ -156,7 +156,7 @@ class Sandbox:
             memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         self._conn.send({"sys_path": [os.path.abspath(p) if p in ("", ".") else p for p in sys.path],
                          "device": self.device, "memory_bytes": memory if self.device == "cpu" else None,
-                         "parent": os.getpid(), "spare": self.spare_runner,
+                         "parent": os.getpid(), "spares": self.spare_runners,
                          "runner_memory_bytes": self.limits.memory_bytes,
                          "log": str(self._workdir / LOG_NAME)})
         self._ready = False
@@ -416,7 +416,7 @@ def _worker_main() -> None:
     from gates import remote
     from gates.contract import tasks_dir
 
-    remote.RUNNERS.keep_spare = bool(config.get("spare"))
+    remote.RUNNERS.keep_spares = int(config.get("spares") or 0)
     remote.RUNNERS.memory_bytes = config.get("runner_memory_bytes")
     remote.RUNNERS.prestart(config["device"], [str(tasks_dir().resolve())])
     conn.send(("ready", os.getpid()))

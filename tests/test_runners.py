@@ -1,0 +1,32 @@
+"""A judge's runners (gates.remote.Runners) on the CPU: spares kept booting, taken oldest first
+and replaced at once; a candidate's runner is stopped when the next candidate comes."""
+
+from __future__ import annotations
+
+from gates.contract import get_task
+from gates.remote import Runners, reference_dirs
+
+RMS = get_task("rms_norm")
+CODE = "def rms_norm(x, weight, eps):\n    return x  # {}\n"
+
+
+def test_spares_are_taken_oldest_first_and_replaced_at_once():
+    runners = Runners()
+    runners.keep_spares = 2
+    dirs = reference_dirs(RMS)
+    try:
+        runners.prestart("cpu", dirs)
+        first, second = runners.spares
+        a, _ = runners.for_code(CODE.format("a"), "rms_norm", "cpu", dirs)
+        assert a is first and runners.spares[0] is second and len(runners.spares) == 2
+        assert runners.for_code(CODE.format("a"), "rms_norm", "cpu", dirs)[0] is a  # held: no new runner
+        b, _ = runners.for_code(CODE.format("b"), "rms_norm", "cpu", dirs)
+        assert b is second and not a.alive and len(runners.spares) == 2
+        uids = {r.uid for r in [b, *runners.spares]}
+        assert len(uids) == 3 or uids == {-1}  # each its own uid when the judge is root
+        runners.wait_spare()
+        assert runners.spares[0].alive
+    finally:
+        everyone = [r for r in [runners.current, *runners.spares] if r is not None]
+        runners.close()
+    assert not any(r.alive for r in everyone) and runners.spares == [] and runners.current is None
