@@ -41,6 +41,11 @@ DEFAULT_CPU_WORKERS = 2
 RECYCLE_AFTER = 100
 """Distinct candidates a worker loads before it is replaced by a fresh one: loaded modules and
 their compiled kernels stay in a worker's memory."""
+HELD_RUNNERS = 2
+"""Runners each worker keeps holding a candidate: the current one and the one before, parked
+(frozen) until its next stage. With several loops in flight a candidate's stages rarely follow
+each other on one worker; a fresh runner per stage cost the H200 campaign seconds per stage
+(docs/lab/gpu/boundary/README.md)."""
 _MEMORY_SIGNS = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "out of memory")
 
 
@@ -93,8 +98,9 @@ class _Worker:
     """Hashes of the candidates loaded since the worker last started."""
     starts: int = -1
     """`sandbox.restarts` when the worker was last seen started (-1: not yet)."""
-    current: str | None = None
-    """Hash of the candidate the worker's runner holds now (a worker's runner holds one)."""
+    held: list[str] = field(default_factory=list)
+    """Hashes of the candidates the worker's runners hold (its current one and the parked
+    ones, gates.remote.Runners), most recent first, as the worker keeps them."""
 
 
 class WorkerPool:
@@ -145,7 +151,7 @@ class WorkerPool:
             spares = 2 if device == "cuda" else 1
             for d in devices:  # each starts booting at once; the first job waits for it
                 self._workers.append(_Worker(Sandbox(d, limits=limits, start_timeout=start_timeout, env=env,
-                                                     spare_runners=spares)))
+                                                     spare_runners=spares, held_runners=HELD_RUNNERS)))
         except BaseException:
             for w in self._workers:
                 w.sandbox.close()
@@ -224,13 +230,13 @@ class WorkerPool:
 
     @contextmanager
     def _worker(self, key: str | None) -> Iterator[_Worker]:
-        """A free worker for the caller alone, preferably the one whose runner holds this
-        candidate now (its next stage then needs no new runner)."""
+        """A free worker for the caller alone, preferably one whose runners hold this
+        candidate (its next stage then needs no new runner)."""
         with self._cond:
             self._cond.wait_for(lambda: self._closed or self._idle)
             if self._closed:
                 raise RuntimeError("the worker pool is closed")
-            worker = next((w for w in self._idle if key is not None and w.current == key), self._idle[0])
+            worker = next((w for w in self._idle if key is not None and key in w.held), self._idle[0])
             self._idle.remove(worker)
         try:
             yield worker
@@ -295,7 +301,7 @@ class WorkerPool:
         if key not in worker.loaded and len(worker.loaded) >= self.recycle_after:
             sandbox.restart()
         booted = _start(worker)  # outside the stage's time and timeout
-        if booted is None and key != worker.current:  # a new candidate: its runner boots outside too
+        if booted is None and key not in worker.held:  # a new candidate: its runner boots outside too
             booted = sandbox.run(Job.of(worker_jobs.ping), timeout=60)
         if booted is not None and not booted.ok:
             return stage_outcome(stage, booted, booted.seconds)
@@ -312,7 +318,8 @@ class WorkerPool:
             seconds = time.perf_counter() - start
         if not result.restarted:
             worker.loaded.add(key)
-        worker.current = key
+        held = [] if result.restarted else [k for k in worker.held if k != key]
+        worker.held = [key, *held][:HELD_RUNNERS]
         return stage_outcome(stage, result, seconds)
 
 

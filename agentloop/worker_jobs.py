@@ -101,6 +101,15 @@ def ping() -> int:
     return os.getpid()
 
 
+def runner_state() -> dict:
+    """The worker's runners (diagnostics, tests): the current one's and the parked ones' process
+    ids, and how many candidates were loaded into fresh runners."""
+    from gates.remote import RUNNERS
+
+    current = RUNNERS.current.proc.pid if RUNNERS.current is not None else None
+    return {"current": current, "parked": [r.proc.pid for r in RUNNERS.parked], "loads": RUNNERS.loads}
+
+
 JOBS = {"compile": compile_job, "dynamic": dynamic_job, "correctness": correctness_job,
         "benchmark": benchmark_job}
 """The job of each stage that runs in a worker."""

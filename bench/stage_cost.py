@@ -1,10 +1,14 @@
-"""What a fresh runner costs a stage. For each task, its first batch-invariant corpus candidate
-goes through compile, dynamic, correctness and benchmark in a one-worker pool, three times:
+"""What a fresh runner costs a stage, and what parked runners save. For each task, its first
+batch-invariant corpus candidate goes through compile, dynamic, correctness and benchmark in a
+one-worker pool, four times:
 
-  new     each stage in a fresh runner (another candidate's compile runs in between, as with
-          several loops in flight), the candidate never evaluated before: nothing of it in the
-          pool's kernel store (gates.kernel_cache)
+  new     each stage in a fresh runner: two other candidates' compile stages run in between,
+          which evicts its parked runner (gates.remote.Runners keeps the current one and one
+          parked); the candidate never evaluated before, so nothing of it is in the pool's
+          kernel store (gates.kernel_cache)
   again   fresh runners again, its compiled kernels now in the store
+  parked  one other candidate between its stages: its runner is parked and resumed, as with
+          several loops in flight
   held    the stages one after another in the runner that holds it
 
 Per stage: the seconds the stage ran in the judge worker and the seconds the caller waited
@@ -32,20 +36,25 @@ from gates.contract import get_task  # noqa: E402
 from gates.corpus import load_manifest  # noqa: E402
 
 STAGES = ("compile", "dynamic", "correctness", "benchmark")
-PASSES = ("new", "again", "held")
+PASSES = {"new": 2, "again": 2, "parked": 1, "held": 0}
+"""Pass -> other candidates' compile stages between two of its stages."""
 
 
-def invariant_candidates(task) -> list[str]:
-    """The task's corpus candidates labelled batch-invariant, as code, in manifest order."""
-    files = [e.file for e in load_manifest(task).candidates if e.measured_gpu_label == "invariant"]
-    return [(task.candidates_dir / f).read_text() for f in files]
+def corpus(task) -> tuple[str, list[str]]:
+    """The task's first batch-invariant corpus candidate, and two other candidates that compile
+    (any label but broken), as code."""
+    entries = load_manifest(task).candidates
+    main = next((e.file for e in entries if e.measured_gpu_label == "invariant"), None)
+    others = [e.file for e in entries if e.file != main and e.measured_gpu_label != "broken"][:2]
+    read = lambda f: (task.candidates_dir / f).read_text()  # noqa: E731
+    return (read(main) if main else ""), [read(f) for f in others]
 
 
-def run_pass(pool: WorkerPool, task, code: str, other: str, settings: EvalSettings,
-             fresh: bool) -> list[dict]:
+def run_pass(pool: WorkerPool, task, code: str, others: list[str], settings: EvalSettings,
+             between: int) -> list[dict]:
     rows = []
     for stage in STAGES:
-        if fresh:  # another candidate takes the worker's runner
+        for other in others[:between]:  # other candidates take the worker's runners
             pool.evaluate_stage(other, task, "compile", settings)
         t0 = time.perf_counter()
         outcome = pool.evaluate_stage(code, task, stage, settings)
@@ -68,13 +77,13 @@ def main(argv: list[str] | None = None) -> int:
         pool.warm_up()
         for name in args.tasks.split(","):
             task = get_task(name.strip())
-            codes = invariant_candidates(task)
-            if len(codes) < 2:
-                print(f"{task.name}: needs two batch-invariant corpus candidates, has {len(codes)}; skipped")
+            code, others = corpus(task)
+            if not code or len(others) < 2:
+                print(f"{task.name}: needs a batch-invariant corpus candidate and two others; skipped")
                 continue
-            code, other = codes[0], codes[1]
-            pool.evaluate_stage(other, task, "compile", settings)  # the other's kernels, built once
-            passes = {p: run_pass(pool, task, code, other, settings, fresh=p != "held") for p in PASSES}
+            for other in others:  # the others' kernels, built once
+                pool.evaluate_stage(other, task, "compile", settings)
+            passes = {p: run_pass(pool, task, code, others, settings, n) for p, n in PASSES.items()}
             report[task.name] = passes
             print(f"\n{task.name} ({args.device}): seconds in the stage / waited by the caller")
             print(f"{'stage':<12}" + "".join(f"{p:>16}" for p in PASSES))

@@ -580,6 +580,25 @@ class Runner:
                 except (ProcessLookupError, PermissionError):
                     pass
 
+    def pause(self) -> bool:
+        """Freeze the runner (SIGSTOP to its process group) while other candidates run: none
+        of its threads can run or touch the device meanwhile. False if it is not alive."""
+        if not self.alive:
+            return False
+        try:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def resume(self) -> bool:
+        """Let a paused runner go on; False if it died meanwhile."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return self.alive
+
     def stop(self) -> None:
         """Kill the runner and everything it started, and remove its files."""
         self._finalizer()
@@ -614,6 +633,13 @@ class Runners:
 
     def __init__(self) -> None:
         self.current: Runner | None = None
+        self.parked: list[Runner] = []
+        """Runners that held a recent candidate, stopped (SIGSTOP) until it comes back, most
+        recent first."""
+        self.keep_held = 1
+        """Runners holding a candidate, the current one included: with more than one, a
+        candidate's next stage finds its runner (kernels compiled, first calls made) even when
+        another candidate ran in between, as with several loops in flight."""
         self.spares: list[Runner] = []
         """Booted or booting, oldest first."""
         self.keep_spares = 0
@@ -624,23 +650,35 @@ class Runners:
         """Each runner's memory limit; None: half of physical memory."""
         self.device: str | None = None
         self.reference_dirs: list[str] = []
+        self.loads = 0
+        """Candidates loaded into fresh runners."""
 
     def _new(self) -> Runner:
         return Runner(self.device, reference_dirs=self.reference_dirs, memory_bytes=self.memory_bytes)
 
     def for_code(self, code: str, entry: str, device: str,
                  reference_dirs: list[str]) -> tuple[Runner, list[str]]:
-        """The runner holding `code`, loading it into a fresh one when it is not the current
-        candidate; also the torch settings its import changed (empty when it was loaded before)."""
+        """The runner holding `code`: the current one, a parked one resumed, or a fresh one it
+        is loaded into; also the torch settings its import changed (empty when it was loaded
+        before)."""
         digest = hashlib.sha256(code.encode()).hexdigest()
         if self.current is not None and self.current.code_hash == digest and self.current.alive:
             return self.current, []
-        self.stop_current()
         if self.device != device or self.reference_dirs != reference_dirs:
             self.close()
             self.device, self.reference_dirs = device, list(reference_dirs)
+        parked = next((r for r in self.parked if r.code_hash == digest), None)
+        if parked is not None:
+            self.parked.remove(parked)
+        self._park_current()
+        if parked is not None:
+            if parked.resume():
+                self.current = parked
+                return parked, []
+            parked.stop()
         runner = self.spares.pop(0) if self.spares else self._new()
         self.current = runner
+        self.loads += 1
         while len(self.spares) < self.keep_spares:
             self.spares.append(self._new())
         return runner, runner.load(code, entry)
@@ -661,6 +699,19 @@ class Runners:
             except Exception:  # noqa: BLE001
                 self.spares.pop(0).stop()
 
+    def _park_current(self) -> None:
+        """Stop the current runner, or park it when runners are held for returning candidates
+        (the least recent parked one beyond `keep_held` is stopped)."""
+        runner, self.current = self.current, None
+        if runner is None:
+            return
+        if self.keep_held < 2 or runner.code_hash is None or not runner.pause():
+            runner.stop()
+            return
+        self.parked.insert(0, runner)
+        while len(self.parked) > self.keep_held - 1:
+            self.parked.pop().stop()
+
     def stop_current(self) -> None:
         if self.current is not None:
             self.current.stop()
@@ -668,6 +719,8 @@ class Runners:
 
     def close(self) -> None:
         self.stop_current()
+        while self.parked:
+            self.parked.pop().stop()
         while self.spares:
             self.spares.pop().stop()
 

@@ -102,7 +102,7 @@ class Sandbox:
 
     def __init__(self, device: str = "cpu", *, limits: WorkerLimits | None = None,
                  start_timeout: float = 300.0, env: dict[str, str] | None = None,
-                 spare_runners: int = 0) -> None:
+                 spare_runners: int = 0, held_runners: int = 1) -> None:
         if device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", device):
             raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
         self.requested_device = device
@@ -119,6 +119,8 @@ class Sandbox:
         self._cpu_seconds: float | None = None
         self.spare_runners = spare_runners
         """Runners kept booting for the next candidates (pools; not worth it for one audit)."""
+        self.held_runners = held_runners
+        """Runners kept holding recent candidates, the current one included (gates.remote.Runners)."""
         self.restarts = 0
         self._start()
 
@@ -157,6 +159,7 @@ class Sandbox:
         self._conn.send({"sys_path": [os.path.abspath(p) if p in ("", ".") else p for p in sys.path],
                          "device": self.device, "memory_bytes": memory if self.device == "cpu" else None,
                          "parent": os.getpid(), "spares": self.spare_runners,
+                         "held": self.held_runners,
                          "runner_memory_bytes": self.limits.memory_bytes,
                          "log": str(self._workdir / LOG_NAME)})
         self._ready = False
@@ -417,6 +420,7 @@ def _worker_main() -> None:
     from gates.contract import tasks_dir
 
     remote.RUNNERS.keep_spares = int(config.get("spares") or 0)
+    remote.RUNNERS.keep_held = int(config.get("held") or 1)
     remote.RUNNERS.memory_bytes = config.get("runner_memory_bytes")
     remote.RUNNERS.prestart(config["device"], [str(tasks_dir().resolve())])
     conn.send(("ready", os.getpid()))

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from agentloop.benchmark import BenchmarkResult
-from agentloop.evaluation import STAGES, EvalSettings, StageOutcome
+from agentloop.evaluation import STAGES, EvalSettings, StageOutcome, code_hash
 from agentloop.pool import WorkerPool, stage_outcome
 from gates.contract import get_task
-from gates.sandbox import JobResult, WorkerLimits
+from gates.sandbox import Job, JobResult, WorkerLimits
 from gates.verdict import GateResult
 
 TASK = get_task("rms_norm")
@@ -243,14 +243,14 @@ def test_a_result_returned_before_the_cuda_context_broke_still_fails():
     assert outcome.benchmark.speedup == -1.0 and not outcome.benchmark.correct
 
 
-def test_a_stage_goes_to_the_worker_whose_runner_holds_the_candidate(pool):
+def test_a_stage_goes_to_the_worker_whose_runners_hold_the_candidate(pool):
     """Loaded once is not enough: the worker must still hold it (else its next stage starts a
     runner like any other worker would)."""
     first, second = pool._workers
-    saved = [(w.loaded, w.current) for w in pool._workers]
+    saved = [(w.loaded, w.held) for w in pool._workers]
     try:
-        first.loaded, first.current = {"a", "c"}, "c"   # held a once, holds c now
-        second.loaded, second.current = {"a"}, "a"
+        first.loaded, first.held = {"a", "c", "d"}, ["c", "d"]   # held a once, holds c and d now
+        second.loaded, second.held = {"a", "e"}, ["e", "a"]
         pool._idle[:] = [first, second]
         with pool._worker("a") as worker:
             assert worker is second
@@ -258,5 +258,27 @@ def test_a_stage_goes_to_the_worker_whose_runner_holds_the_candidate(pool):
         with pool._worker("b") as worker:  # nobody holds b: the first free one
             assert worker is first
     finally:
-        for w, (loaded, current) in zip(pool._workers, saved, strict=True):
-            w.loaded, w.current = loaded, current
+        for w, (loaded, held) in zip(pool._workers, saved, strict=True):
+            w.loaded, w.held = loaded, held
+
+
+def test_a_candidate_comes_back_to_its_parked_runner(pool):
+    """Another candidate's stage between two of its stages: the worker parks its runner and
+    resumes it (same process), instead of loading it into a new one."""
+    from agentloop import worker_jobs
+
+    pool._idle[:] = pool._idle[:1]  # one worker for the three stages
+    worker = pool._idle[0]
+    state = lambda: worker.sandbox.run(Job.of(worker_jobs.runner_state), timeout=30).value  # noqa: E731
+    try:
+        pool.evaluate_stage(code("off_by_scale"), TASK, "compile", SETTINGS)  # neither is held now
+        before = state()["loads"]
+        for name in ("rms_norm_rows", "batch_path", "rms_norm_rows"):
+            outcome = pool.evaluate_stage(code(name), TASK, "compile", SETTINGS)
+            assert outcome.passed, outcome.error
+        assert worker.held[:2] == [code_hash(code("rms_norm_rows")), code_hash(code("batch_path"))]
+        after = state()
+        assert after["loads"] - before == 2  # rms_norm_rows loaded once (then resumed), batch_path once
+        assert len(after["parked"]) == 1 and after["current"] not in after["parked"]
+    finally:
+        pool._idle[:] = list(pool._workers)

@@ -3,6 +3,8 @@ and replaced at once; a candidate's runner is stopped when the next candidate co
 
 from __future__ import annotations
 
+import torch
+
 from gates.contract import get_task
 from gates.remote import Runners, reference_dirs
 
@@ -30,3 +32,29 @@ def test_spares_are_taken_oldest_first_and_replaced_at_once():
         everyone = [r for r in [runners.current, *runners.spares] if r is not None]
         runners.close()
     assert not any(r.alive for r in everyone) and runners.spares == [] and runners.current is None
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_parked_runner_is_frozen_and_resumed_for_its_candidate():
+    runners = Runners()
+    runners.keep_held = 2
+    dirs = reference_dirs(RMS)
+    try:
+        a, _ = runners.for_code(CODE.format("a"), "rms_norm", "cpu", dirs)
+        b, _ = runners.for_code(CODE.format("b"), "rms_norm", "cpu", dirs)
+        assert runners.parked == [a] and _state(a.proc.pid) == "T"  # stopped: no thread of it runs
+        again, changes = runners.for_code(CODE.format("a"), "rms_norm", "cpu", dirs)
+        assert again is a and changes == [] and _state(a.proc.pid) != "T" and runners.parked == [b]
+        x = torch.ones(2, 4)
+        assert torch.equal(a.call([x, torch.ones(4), 1e-6]).outs[0], x)  # same process, candidate loaded
+        c, _ = runners.for_code(CODE.format("c"), "rms_norm", "cpu", dirs)
+        assert runners.parked == [a] and not b.alive  # one parked at most: the least recent goes
+        assert runners.loads == 3
+    finally:
+        everyone = [r for r in [runners.current, *runners.parked, *runners.spares] if r is not None]
+        runners.close()
+    assert not any(r.alive for r in everyone)
