@@ -198,11 +198,13 @@ def recheck(candidate_fn: Callable, reference_fn: Callable, task: Task, dims_lis
     return None
 
 
-def timed_baselines(task: Task, compile_reference: bool) -> list[Baseline]:
+def timed_baselines(task: Task, compile_reference: bool, production: bool = True) -> list[Baseline]:
     """The production baselines to time: the task's eager ones, and with `compile_reference` its
     `compile: true` ones too (a compiled reference is added when the task declares none, so the
-    `compiled_*` fields keep their meaning for every task)."""
-    chosen = [b for b in task.baselines if compile_reference or not b.compile]
+    `compiled_*` fields keep their meaning for every task). Without `production`, only the
+    compiled reference (when asked for)."""
+    chosen = [b for b in task.baselines if (compile_reference or not b.compile)
+              and (production or is_compiled_reference(b))]
     if compile_reference and not any(is_compiled_reference(b) for b in chosen):
         chosen.append(Baseline(name="compiled_reference", summary="the reference under torch.compile",
                                source="reference", compile=True))

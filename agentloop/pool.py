@@ -236,7 +236,7 @@ class WorkerPool:
             self._cond.wait_for(lambda: self._closed or self._idle)
             if self._closed:
                 raise RuntimeError("the worker pool is closed")
-            worker = next((w for w in self._idle if key is not None and key in w.held), self._idle[0])
+            worker = next((w for w in self._idle if key in w.held), self._idle[0])
             self._idle.remove(worker)
         try:
             yield worker

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from agentloop.benchmark import BenchmarkResult, benchmark_candidate, is_compiled_reference, timed_baselines
+from agentloop.benchmark import BenchmarkResult, benchmark_candidate, timed_baselines
 from agentloop.timer import BenchSettings
 from gates.contract import Task
 from gates.runner.driver import CANDIDATE_NAME  # noqa: F401 - the name the runner gives a candidate's file
@@ -85,11 +85,9 @@ def benchmark_job(code: str, task: Task, device: str, cuda_graph: bool = False,
         message = getattr(exc, "described", None) or str(exc)
         return BenchmarkResult(task=task.name, dtype=task.dtypes[0], device=device, error=message)
     settings = BenchSettings.for_device(device, cuda_graph=cuda_graph)
-    baselines = timed_baselines(task, compile_reference)
-    if not production_baselines:
-        baselines = [b for b in baselines if is_compiled_reference(b)]
     return benchmark_candidate(runner, reference_fn(task), task, device, settings=settings,
-                               compile_reference=compile_reference, baselines=baselines)
+                               compile_reference=compile_reference,
+                               baselines=timed_baselines(task, compile_reference, production_baselines))
 
 
 def ping() -> int:

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 UID_SLOTS = 8
-"""Runner uids a judge process cycles through (a runner and its spares, at most three, are
-alive; a uid comes back only after every runner that had it was destroyed)."""
+"""Runner uids a judge process cycles through (at most four runners are alive: the current one,
+one parked, two spares; a uid comes back only after every runner that had it was destroyed)."""
 
 
 # Where the runner may look ---------------------------------------------------------------

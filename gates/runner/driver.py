@@ -98,9 +98,6 @@ class Driver:
         _count_launches(self.launches)
 
     # Messages ---------------------------------------------------------------------------
-    def release_arena(self) -> None:
-        self.arena.release(self.torch)
-
     def reply(self, header: dict) -> None:
         header["events"] = self.recorder.take()
         wire.send(self.sock, header)
@@ -109,7 +106,7 @@ class Driver:
         while True:
             header, fds = wire.recv(self.sock, max_fds=1)
             if header.get("op") == "arena":
-                self.release_arena()
+                self.arena.release(self.torch)
                 self.arena = Arena(self.torch, fds[0], int(header["size"]), gpu=self.device != "cpu")
                 continue
             for fd in fds:
