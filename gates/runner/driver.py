@@ -268,13 +268,24 @@ class Driver:
                 continue
             dtype = self.dtypes[header["dtype"]]
             dst = self.arena.view(int(off), dtype, header["shape"], _itemsize(torch, dtype))
-            dst.copy_(torch.Tensor.detach(out))
-            copies.append((k, out, dst))
+            out = torch.Tensor.detach(out)
+            # What the output held when the call returned: on the GPU a device-side snapshot
+            # (the check then compares on the device; a host copy of a vocabulary-sized output
+            # compared on the CPU cost seconds per stage), on the CPU the arena copy itself.
+            if out.device.type == "cpu":
+                dst.copy_(out)
+                snap = dst
+            else:
+                snap = out.clone()
+            copies.append((k, out, dst, snap))
         if self.device != "cpu":
             torch.cuda.synchronize()
         else:
             time.sleep(0.001)
-        self.late = [k for k, out, dst in copies if not _same_bits(torch, torch.Tensor.detach(out), dst)]
+        self.late = [k for k, out, _, snap in copies if not _same_bits(torch, out, snap)]
+        for _, _, dst, snap in copies:
+            if snap is not dst:
+                dst.copy_(snap)
         return outs
 
     # Benchmark --------------------------------------------------------------------------
