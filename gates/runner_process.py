@@ -10,12 +10,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-UID_SLOTS = 8
-"""Runner uids a judge process cycles through (at most four runners are alive: the current one,
-one parked, two spares; a uid comes back only after every runner that had it was destroyed)."""
+UID_SLOTS = 16
+"""Runner uids a judge process takes from (alive at once: the current runner, the parked ones and
+the spares, at most 6 with agentloop's pool). A uid is handed out again only once the runner that
+had it was destroyed (`next_uid`), so two live runners never share one."""
 
 
 # Where the runner may look ---------------------------------------------------------------
@@ -65,6 +67,8 @@ def _uid_range() -> tuple[int, int]:
 
 
 _runner_count = [0]
+_uids_in_use: set[int] = set()
+_uid_lock = threading.Lock()
 
 
 def runner_uid(judge_pid: int, n: int) -> int:
@@ -74,8 +78,16 @@ def runner_uid(judge_pid: int, n: int) -> int:
 
 
 def next_uid() -> int:
-    _runner_count[0] += 1
-    return runner_uid(os.getpid(), _runner_count[0])
+    """A uid no live runner of this judge has (a parked runner may outlive many newer ones);
+    RuntimeError when all UID_SLOTS are taken. `destroy` gives it back."""
+    with _uid_lock:
+        for _ in range(UID_SLOTS):
+            _runner_count[0] += 1
+            uid = runner_uid(os.getpid(), _runner_count[0])
+            if uid not in _uids_in_use:
+                _uids_in_use.add(uid)
+                return uid
+    raise RuntimeError(f"all {UID_SLOTS} runner uids of this judge are in use")
 
 
 # Process bookkeeping ---------------------------------------------------------------------
@@ -176,6 +188,9 @@ def destroy(proc: subprocess.Popen, sock: socket.socket, workdir: str, uid: int,
     for fn in salvage or ():
         fn()
     shutil.rmtree(workdir, ignore_errors=True)
+    if uid > 0 and not pids_of_uid(uid):  # a uid with survivors is never handed out again
+        with _uid_lock:
+            _uids_in_use.discard(uid)
 
 
 
