@@ -41,11 +41,13 @@ DEFAULT_CPU_WORKERS = 2
 RECYCLE_AFTER = 100
 """Distinct candidates a worker loads before it is replaced by a fresh one: loaded modules and
 their compiled kernels stay in a worker's memory."""
-HELD_RUNNERS = 2
-"""Runners each worker keeps holding a candidate: the current one and the one before, parked
-(frozen) until its next stage. With several loops in flight a candidate's stages rarely follow
-each other on one worker; a fresh runner per stage cost the H200 campaign seconds per stage
-(docs/lab/gpu/boundary/README.md)."""
+HELD_RUNNERS = {"cpu": 2, "cuda": 4}
+"""Runners each worker keeps holding a candidate, by device: the current one and the ones before,
+parked (frozen) until their next stage. With several loops in flight a candidate's stages rarely
+follow each other on one worker; a fresh runner per stage cost the H200 campaign seconds per stage
+(docs/lab/gpu/boundary/README.md). A campaign keeps twice as many loops in flight as workers, so
+on a GPU, where a fresh runner costs most and memory is plentiful, four per worker hold all of
+them with room for a candidate's stages landing on two workers; on a CPU two (memory)."""
 _MEMORY_SIGNS = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "out of memory")
 
 
@@ -149,9 +151,10 @@ class WorkerPool:
             # context, Triton's driver) takes longer than many stages; on a CPU one, to leave
             # the cores to the stages.
             spares = 2 if device == "cuda" else 1
+            self.held_runners = HELD_RUNNERS[device]
             for d in devices:  # each starts booting at once; the first job waits for it
                 self._workers.append(_Worker(Sandbox(d, limits=limits, start_timeout=start_timeout, env=env,
-                                                     spare_runners=spares, held_runners=HELD_RUNNERS)))
+                                                     spare_runners=spares, held_runners=self.held_runners)))
         except BaseException:
             for w in self._workers:
                 w.sandbox.close()
@@ -319,7 +322,7 @@ class WorkerPool:
         if not result.restarted:
             worker.loaded.add(key)
         held = [] if result.restarted else [k for k in worker.held if k != key]
-        worker.held = [key, *held][:HELD_RUNNERS]
+        worker.held = [key, *held][:self.held_runners]
         return stage_outcome(stage, result, seconds)
 
 
