@@ -2,9 +2,9 @@
 batch-invariant corpus candidate goes through compile, dynamic, correctness and benchmark in a
 one-worker pool, four times:
 
-  new     each stage in a fresh runner: two other candidates' compile stages run in between,
-          which evicts its parked runner (gates.remote.Runners keeps the current one and one
-          parked); the candidate never evaluated before, so nothing of it is in the pool's
+  new     each stage in a fresh runner: as many other candidates' compile stages run in
+          between as the worker holds runners (agentloop.pool.HELD_RUNNERS), which evicts its
+          parked runner; the candidate never evaluated before, so nothing of it is in the pool's
           kernel store (gates.kernel_cache)
   again   fresh runners again, its compiled kernels now in the store
   parked  one other candidate between its stages: its runner is parked and resumed, as with
@@ -36,16 +36,21 @@ from gates.contract import get_task  # noqa: E402
 from gates.corpus import load_manifest  # noqa: E402
 
 STAGES = ("compile", "dynamic", "correctness", "benchmark")
-PASSES = {"new": 2, "again": 2, "parked": 1, "held": 0}
-"""Pass -> other candidates' compile stages between two of its stages."""
+PASSES = ("new", "again", "parked", "held")
 
 
-def corpus(task) -> tuple[str, list[str]]:
-    """The task's first batch-invariant corpus candidate, and two other candidates that compile
+def between(held: int) -> dict[str, int]:
+    """Pass -> other candidates' compile stages between two of its stages, for a worker that
+    holds `held` runners."""
+    return {"new": held, "again": held, "parked": 1, "held": 0}
+
+
+def corpus(task, n: int) -> tuple[str, list[str]]:
+    """The task's first batch-invariant corpus candidate, and `n` other candidates that compile
     (any label but broken), as code."""
     entries = load_manifest(task).candidates
     main = next((e.file for e in entries if e.measured_gpu_label == "invariant"), None)
-    others = [e.file for e in entries if e.file != main and e.measured_gpu_label != "broken"][:2]
+    others = [e.file for e in entries if e.file != main and e.measured_gpu_label != "broken"][:n]
     read = lambda f: (task.candidates_dir / f).read_text()  # noqa: E731
     return (read(main) if main else ""), [read(f) for f in others]
 
@@ -77,13 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         pool.warm_up()
         for name in args.tasks.split(","):
             task = get_task(name.strip())
-            code, others = corpus(task)
-            if not code or len(others) < 2:
-                print(f"{task.name}: needs a batch-invariant corpus candidate and two others; skipped")
+            n = pool.held_runners
+            code, others = corpus(task, n)
+            if not code or len(others) < n:
+                print(f"{task.name}: needs a batch-invariant corpus candidate and {n} others; skipped")
                 continue
             for other in others:  # the others' kernels, built once
                 pool.evaluate_stage(other, task, "compile", settings)
-            passes = {p: run_pass(pool, task, code, others, settings, n) for p, n in PASSES.items()}
+            passes = {p: run_pass(pool, task, code, others, settings, k) for p, k in between(n).items()}
             report[task.name] = passes
             print(f"\n{task.name} ({args.device}): seconds in the stage / waited by the caller")
             print(f"{'stage':<12}" + "".join(f"{p:>16}" for p in PASSES))

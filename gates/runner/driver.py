@@ -474,9 +474,34 @@ def _warm_triton() -> None:
     try:
         from triton.runtime.driver import driver
 
-        driver.active.get_current_target()
+        target = driver.active.get_current_target()
     except Exception:  # noqa: BLE001 - a Triton without this API: the first launch builds it
+        return
+    # Also what every process's first kernel compile or cache lookup computes once: the hash of
+    # Triton itself (it reads the whole libtriton, about 1 s) and the backend's (ptxas --version).
+    try:
+        from triton.compiler.compiler import make_backend
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+        make_backend(target).hash()
+    except Exception:  # noqa: BLE001 - another Triton's internals: the first compile pays
         pass
+
+
+def _warm_torch(torch: Any) -> None:
+    """Load the device code of what the driver does on every call (copies from and to the host,
+    clones, bitwise comparisons) for each dtype, while the runner boots: CUDA loads a kernel on its
+    first use, and otherwise each fresh runner paid that inside the candidate's first stage."""
+    for dtype in dtype_table(torch).values():
+        try:
+            host = torch.zeros(4, dtype=dtype)
+            dev = host.to("cuda")
+            torch.equal(_bits(torch, dev), _bits(torch, dev.clone()))
+            host.copy_(dev)
+        except Exception:  # noqa: BLE001 - a dtype this GPU or torch cannot copy or compare
+            continue
+    torch.cuda.synchronize()
 
 
 def main() -> None:
@@ -498,6 +523,7 @@ def main() -> None:
         if cfg["device"] != "cpu":
             torch.zeros(1, device="cuda").add_(1).item()
             _warm_triton()
+            _warm_torch(torch)
         recorder = hooks.Recorder()
         driver = Driver(sock, cfg, recorder)
         hooks.install(recorder, workdir=cfg["workdir"], writable=cfg["writable"], hidden=cfg["hide"],
