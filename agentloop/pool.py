@@ -161,6 +161,8 @@ class WorkerPool:
             shutil.rmtree(self._kernels, ignore_errors=True)
             raise
         self._idle: list[_Worker] = list(self._workers)
+        self._waiting: list[str | None] = []
+        """The candidates of the callers waiting for a worker."""
 
     # Lifecycle ----------------------------------------------------------------------------
     @property
@@ -236,10 +238,15 @@ class WorkerPool:
         """A free worker for the caller alone, preferably one whose runners hold this
         candidate (its next stage then needs no new runner)."""
         with self._cond:
-            self._cond.wait_for(lambda: self._closed or self._idle)
+            self._waiting.append(key)
+            try:
+                self._cond.wait_for(lambda: self._closed or self._choice(key) is not None)
+            finally:
+                self._waiting.remove(key)
+                self._cond.notify_all()  # the workers this caller kept the others from are free
             if self._closed:
                 raise RuntimeError("the worker pool is closed")
-            worker = next((w for w in self._idle if key in w.held), self._idle[0])
+            worker = self._choice(key)
             self._idle.remove(worker)
         try:
             yield worker
@@ -247,6 +254,16 @@ class WorkerPool:
             with self._cond:
                 self._idle.append(worker)
                 self._cond.notify_all()
+
+    def _choice(self, key: str | None) -> _Worker | None:
+        """The free worker for a caller of `key`: one holding its candidate, else one holding
+        no other waiting caller's candidate (so that a freed worker goes to the stage it can run
+        without a new runner, when one is waiting), else none yet."""
+        mine = next((w for w in self._idle if key in w.held), None)
+        if mine is not None:
+            return mine
+        others = {k for k in self._waiting if k != key}
+        return next((w for w in self._idle if others.isdisjoint(w.held)), None)
 
     @contextmanager
     def _every_worker(self) -> Iterator[list[_Worker]]:

@@ -262,6 +262,42 @@ def test_a_stage_goes_to_the_worker_whose_runners_hold_the_candidate(pool):
             w.loaded, w.held = loaded, held
 
 
+def test_a_freed_worker_is_left_to_the_waiting_stage_whose_candidate_it_holds(pool):
+    """A caller whose candidate nobody holds does not take the one free worker that holds
+    another waiting caller's candidate (both would then start new runners); it takes the next
+    worker that holds no waiting caller's candidate."""
+    first, second = pool._workers
+    saved = [w.held for w in pool._workers]
+    got: list = []
+
+    def caller_b() -> None:
+        with pool._worker("b") as worker:
+            got.append(worker)
+
+    thread = threading.Thread(target=caller_b)
+    try:
+        first.held, second.held = ["x"], []
+        with pool._cond:
+            pool._idle[:] = [first]
+            pool._waiting.append("x")  # x's caller is waiting and has not woken yet
+        thread.start()
+        time.sleep(0.5)
+        assert not got  # b waits: the free worker holds x
+        with pool._cond:  # x's caller takes its worker; the other worker comes free
+            pool._waiting.remove("x")
+            pool._idle[:] = [second]
+            pool._cond.notify_all()
+        thread.join(10)
+        assert got == [second]
+    finally:
+        with pool._cond:
+            pool._idle[:] = list(pool._workers)
+            pool._cond.notify_all()
+        thread.join(10)
+        for w, held in zip(pool._workers, saved, strict=True):
+            w.held = held
+
+
 def test_a_candidate_comes_back_to_its_parked_runner(pool):
     """Another candidate's stage between two of its stages: the worker parks its runner and
     resumes it (same process), instead of loading it into a new one."""
