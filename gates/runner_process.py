@@ -146,14 +146,24 @@ def rss(pid: int) -> int:
     return 0
 
 
-def describe_exit(code: int | None) -> str:
+SIGNAL_MEANING = {
+    "SIGSEGV": "segmentation fault (a stack overflow or a bad memory access)", "SIGBUS": "bus error",
+    "SIGABRT": "aborted", "SIGFPE": "arithmetic error", "SIGILL": "illegal instruction",
+    "SIGKILL": "killed, possibly for running out of memory", "SIGXCPU": "CPU-time limit exceeded",
+    "SIGXFSZ": "file-size limit exceeded",
+}
+
+
+def describe_exit(code: int | None, cpu_seconds: float | None = None) -> str:
+    """How a process (a runner, a judge worker) ended, in a few words: its signal and what that
+    usually means, or its exit status."""
     if code is None:
         return "stopped answering"
     if code < 0:
         name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
-        meaning = {"SIGSEGV": "segmentation fault (a stack overflow or a bad memory access)",
-                   "SIGXCPU": "CPU-time limit exceeded", "SIGXFSZ": "file-size limit exceeded",
-                   "SIGKILL": "killed", "SIGABRT": "aborted", "SIGBUS": "bus error"}.get(name, "signal")
+        meaning = SIGNAL_MEANING.get(name, "signal")
+        if name == "SIGXCPU" and cpu_seconds:
+            meaning = f"exceeded its CPU-time limit of {cpu_seconds:g} s"
         return f"{name} ({meaning})"
     return f"exit status {code}"
 

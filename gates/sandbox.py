@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gates.environment import judge_environ
 from gates.runner.loader import describe_exception
-from gates.runner_process import sweep_judge
+from gates.runner_process import describe_exit, sweep_judge
 
 JobStatus = Literal["ok", "error", "timeout", "crash"]
 LOG_NAME = "worker.log"
@@ -257,7 +257,7 @@ class Sandbox:
             return "worker stopped answering"
         log = self._workdir / LOG_NAME if self._workdir else None
         tail = log.read_text(errors="replace")[-20000:] if log and log.is_file() else ""
-        return describe_exit(code, tail, self._cpu_seconds)
+        return describe_worker_exit(code, tail, self._cpu_seconds)
 
 
 def _destroy(proc: subprocess.Popen, conn: Connection, workdir: Path) -> None:
@@ -276,25 +276,10 @@ def _destroy(proc: subprocess.Popen, conn: Connection, workdir: Path) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
-_SIGNAL_MEANING = {
-    "SIGSEGV": "segmentation fault", "SIGBUS": "bus error", "SIGABRT": "aborted",
-    "SIGFPE": "arithmetic error", "SIGILL": "illegal instruction",
-    "SIGKILL": "killed, possibly for running out of memory",
-}
-
-
-def describe_exit(code: int, log_tail: str, cpu_seconds: float | None = None) -> str:
+def describe_worker_exit(code: int, log_tail: str, cpu_seconds: float | None = None) -> str:
     """One line saying how a worker process ended: signal, or exit status, plus the last
     Python frame outside the installed packages that the fault handler printed."""
-    if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
-        if name == "SIGXCPU":
-            limit = f" of {cpu_seconds:g} s" if cpu_seconds else ""
-            what = f"{name} (exceeded its CPU-time limit{limit})"
-        else:
-            what = f"{name} ({_SIGNAL_MEANING.get(name, 'signal')})"
-    else:
-        what = f"exit status {code}"
+    what = describe_exit(code, cpu_seconds)
     where = ""
     library = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], str(Path(__file__).parent))
     for line in log_tail.splitlines():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gates.contract import get_task
-from gates.sandbox import Job, Sandbox, WorkerLimits, describe_exit
+from gates.sandbox import Job, Sandbox, WorkerLimits, describe_worker_exit
 from gates.verdict import GateResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rms_norm"
@@ -114,7 +114,7 @@ def test_a_job_that_hangs_in_the_worker_times_out_and_the_next_job_runs_in_a_fre
 def test_segfault_is_reported_with_its_line_and_the_parent_lives_on(sandbox):
     result = sandbox.run(Job.of(call_candidate, path=str(FIXTURES / "segfault.py")), timeout=60)
     assert result.status == "crash" and result.restarted
-    assert result.error.startswith("worker crashed: SIGSEGV (segmentation fault)")
+    assert result.error.startswith("worker crashed: SIGSEGV (segmentation fault (a stack overflow")
     assert "segfault.py line 8" in result.error
     again = sandbox.run(Job.of(call_candidate, path=str(FIXTURES / "rows.py")), timeout=60)
     assert again.ok and tuple(again.value) == (2, 8)
@@ -150,11 +150,12 @@ def test_workdir_is_removed_on_close():
     assert not workdir.exists()
 
 
-def test_describe_exit():
-    assert describe_exit(-9, "") == "SIGKILL (killed, possibly for running out of memory)"
+def test_describe_worker_exit():
+    assert describe_worker_exit(-9, "") == "SIGKILL (killed, possibly for running out of memory)"
     log = 'Fatal Python error: Segmentation fault\n  File "/x/cand.py", line 7 in f\n'
-    assert describe_exit(-11, log) == "SIGSEGV (segmentation fault) at cand.py line 7"
-    assert describe_exit(3, "Traceback...\nSystemExit: 3\n") == "exit status 3: SystemExit: 3"
+    assert describe_worker_exit(-11, log) == ("SIGSEGV (segmentation fault (a stack overflow or a bad memory "
+                                              "access)) at cand.py line 7")
+    assert describe_worker_exit(3, "Traceback...\nSystemExit: 3\n") == "exit status 3: SystemExit: 3"
 
 
 def test_worker_and_its_directory_end_when_its_parent_is_killed_mid_job(tmp_path):
