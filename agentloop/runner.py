@@ -585,7 +585,7 @@ def run_loop_graph(graph: Any, ctx: LoopContext) -> LoopState:
     snapshot = graph.get_state(config)
     if not snapshot.values:
         start: LoopState | None = LoopState(task=ctx.task.name)
-    elif snapshot.next:
+    elif snapshot.tasks:  # not `next`, which leaves out a task whose writes were saved before a kill
         start = None  # continue from the checkpoint
     else:
         return LoopState.model_validate(snapshot.values)  # finished; its result is in the store

@@ -242,3 +242,30 @@ def test_a_loop_that_failed_mid_node_resumes_from_its_checkpoint(tmp_path):
     assert len(llm.requests) == 4  # two answered, one failed, then the third asked again
     assert [r["iteration"] for r in ctx.store.candidates()] == [1, 2, 3]
     assert ctx.store.task_results()[0]["llm_calls"] == 3
+
+
+def test_a_loop_killed_between_a_nodes_writes_and_the_next_checkpoint_goes_on(tmp_path):
+    """A kill after a node's writes were saved and before the checkpoint that follows them: the
+    loop's snapshot then has no `next` node, only a task whose writes wait to be applied; the loop
+    is not finished, and a resume runs it to its end."""
+    ctx = loop_context(tmp_path, budget=Budget(iterations=1))
+    saver = checkpointer(tmp_path / "checkpoints.sqlite")
+    graph = build_graph(saver)
+    put, puts = saver.put, []
+
+    def killed_at_the_third(*args):
+        puts.append(1)
+        if len(puts) == 3:  # a node's writes are saved, the checkpoint after them is not
+            raise RuntimeError("killed")
+        return put(*args)
+
+    saver.put = killed_at_the_third
+    with pytest.raises(RuntimeError, match="killed"):
+        run_loop_graph(graph, ctx)
+    snapshot = graph.get_state({"configurable": {"thread_id": thread_id(ctx.cell, "rms_norm")}})
+    assert not snapshot.next and snapshot.tasks and snapshot.tasks[0].result is not None
+    saver.put = put
+    state = run_loop_graph(graph, ctx)
+    saver.conn.close()
+    assert state.stop_reason is not None and len(ctx.store.task_results()) == 1
+    assert len(ctx.store.candidates()) == 1
