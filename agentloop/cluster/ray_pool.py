@@ -150,6 +150,9 @@ class RayPool:
         self._closed = False
         self._actors: list[_Actor] = []
         self._starting: list[_Actor] = []
+        self._monitor: threading.Thread | None = None
+        self._awaiting: list[threading.Thread] = []
+        """Threads awaiting actors not placed yet (`_await`)."""
         self._affinity: OrderedDict[str, _Actor] = OrderedDict()
         self._busy: dict[int, tuple[_Actor, str, Stage]] = {}
         """What runs now, by calling thread: (actor, code hash, stage); for tests and status."""
@@ -220,7 +223,7 @@ class RayPool:
             raise ClusterError(f"no evaluation actor could start on the Ray cluster at {self.address}: "
                                f"{failures[0]}")
         for actor in pending.values():  # placed later: they join when ready
-            threading.Thread(target=self._await, args=(actor,), daemon=True).start()
+            self._await_later(actor)
 
     def _request(self) -> str:
         cpus = f"{self.cpus_per_actor:g} CPU"
@@ -260,6 +263,13 @@ class RayPool:
         except Exception:  # noqa: BLE001 - already gone
             pass
 
+    def _await_later(self, actor: _Actor) -> None:
+        """`_await` in a thread of its own, which `_kill_all` lets end before leaving the cluster."""
+        thread = threading.Thread(target=self._await, args=(actor,), daemon=True)
+        with self._cond:
+            self._awaiting = [t for t in self._awaiting if t.is_alive()] + [thread]
+        thread.start()
+
     def _await(self, actor: _Actor) -> None:
         """Wait, without end, for an actor the cluster has not placed yet (a replacement waits
         for a node to come back or join); then let it take slots."""
@@ -291,14 +301,13 @@ class RayPool:
         if closed:
             return
         log.warning("evaluation %s lost (%s); starting another", actor.name, why)
-        threading.Thread(target=self._await, args=(self._spawn(),), daemon=True).start()
+        self._await_later(self._spawn())
 
     def _grow(self, every: float) -> None:
         """Start actors on nodes that joined (unless the campaign fixed their number)."""
         while True:
-            time.sleep(every)
             with self._cond:
-                if self._closed:
+                if self._cond.wait_for(lambda: self._closed, every):
                     return
                 if self.fixed is not None or self._starting:
                     continue
@@ -308,7 +317,7 @@ class RayPool:
             except Exception:  # noqa: BLE001 - the cluster is unreachable for a moment
                 continue
             for _ in range(max(0, room)):
-                threading.Thread(target=self._await, args=(self._spawn(),), daemon=True).start()
+                self._await_later(self._spawn())
 
     # Slots ---------------------------------------------------------------------------------
     def _acquire(self, key: str, stage: Stage) -> _Actor:
@@ -454,6 +463,16 @@ class RayPool:
                 pass
         if self._connected:
             self._connected = False
+            # The pool's own threads end within a second of its closing; a Ray call of theirs after
+            # ray.shutdown() would connect this process again, to the cluster that `ray start`
+            # recorded on this machine, or abort it.
+            deadline = time.monotonic() + 10
+            if self._monitor is not None:
+                self._monitor.join(deadline - time.monotonic())
+            with self._cond:
+                awaiting = list(self._awaiting)
+            for thread in awaiting:
+                thread.join(max(0.0, deadline - time.monotonic()))
             self.ray.shutdown()
 
     def __enter__(self) -> RayPool:
