@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -21,8 +20,9 @@ import yaml
 
 ray = pytest.importorskip("ray", reason="the Ray back-end's tests need Ray: pip install 'agentloop[ray]'")
 
+from ray_driver import Capture, kill_when_busy  # noqa: E402
+
 from agentloop.campaign import parse_campaign  # noqa: E402
-from agentloop.cluster.ray_pool import RayPool  # noqa: E402
 from agentloop.pool import WorkerPool  # noqa: E402
 from agentloop.runner import run_campaign  # noqa: E402
 from agentloop.store import Store  # noqa: E402
@@ -71,46 +71,6 @@ def local_results(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("local") / "run"
     run_campaign(parse_campaign(CAMPAIGN), out, pool_factory=lambda device, workers: WorkerPool(device, 2))
     return results(out)
-
-
-class Capture:
-    """A pool factory that keeps the pool it made, for the test to watch."""
-
-    def __init__(self, address: str, **options) -> None:
-        self.address, self.options, self.pool = address, options, None
-
-    def __call__(self, device: str, workers: int | None = None) -> RayPool:
-        self.pool = RayPool(device, self.address, **self.options)
-        return self.pool
-
-
-def kill_when_busy(capture: Capture, where, kill, stages=("dynamic", "correctness", "benchmark")) -> dict:
-    """In the background: once a stage in `stages` runs on an actor that `where(actor info)` picks,
-    `kill(that busy entry)`; the entry it killed lands in the returned dict."""
-    killed: dict = {}
-
-    def watch() -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            pool = capture.pool
-            if pool is not None:
-                infos = {a["pid"]: a for a in pool.actors()}
-                for entry in pool.busy():
-                    if entry["stage"] in stages and entry["pid"] in infos and where(infos[entry["pid"]]):
-                        killed.update(entry, children=_children(entry["pid"]))
-                        kill(entry)
-                        return
-            time.sleep(0.05)
-
-    threading.Thread(target=watch, daemon=True).start()
-    return killed
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 def _gone(pids: list[int], within: float) -> bool:
@@ -172,13 +132,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture
-def two_nodes(tmp_path):
-    """A head node and a second node (`ray start --address`), one CPU each: (address, head, node)."""
+def nodes(tmp_path):
+    """A head node with no CPU for evaluation actors (the drivers join the cluster there) and two
+    more nodes (`ray start --address`), a and b, one CPU each: (address, {name: node process})."""
     port = _free_port()
-    head = _ray_start(["--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false"],
+    head = _ray_start(["--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false"],
                       tmp_path / "head.log")
     address = f"127.0.0.1:{port}"
-    node = None
+    nodes: dict[str, subprocess.Popen] = {}
     try:
         ray_bin = str(Path(sys.executable).parent / "ray")
         deadline = time.monotonic() + 120
@@ -186,37 +147,31 @@ def two_nodes(tmp_path):
                              env={**os.environ, **RAY_ENV}, timeout=60).returncode != 0:
             assert head.poll() is None and time.monotonic() < deadline, (tmp_path / "head.log").read_text()
             time.sleep(0.5)
-        node = _ray_start([f"--address={address}", "--num-cpus=1"], tmp_path / "node.log")
-        yield address, head, node
+        for cpus, name in enumerate("ab", 1):  # one after the other: nodes starting together clash
+            nodes[name] = _ray_start([f"--address={address}", "--num-cpus=1"], tmp_path / f"node_{name}.log")
+            _driver(tmp_path, "cpus", address, str(cpus))
+        yield address, nodes
     finally:
-        for proc in (node, head):
-            if proc is not None:
-                _kill_group(proc)
+        for proc in [*nodes.values(), head]:
+            _kill_group(proc)
         current = Path("/tmp/ray/ray_current_cluster")  # `ray start` recorded the head: forget it
         if current.is_file() and current.read_text().strip().endswith(f":{port}"):
             current.unlink()
 
 
-def _cpus(address: str, want: int) -> None:
-    """Wait until the cluster has `want` CPUs, all free (a killed driver's actors released)."""
-    ray.init(address=address, log_to_driver=False, configure_logging=False)
-    try:
-        deadline = time.monotonic() + 120
-        while ray.available_resources().get("CPU", 0) < want:
-            assert time.monotonic() < deadline, ray.available_resources()
-            time.sleep(0.2)
-    finally:
-        ray.shutdown()
+def _driver(tmp_path: Path, *args: str) -> None:
+    """tests/ray_driver.py in a process of its own (this one never joins a cluster it kills)."""
+    log = tmp_path / f"ray_driver_{args[0]}.log"
+    with log.open("a") as sink:
+        done = subprocess.run([sys.executable, str(Path(__file__).with_name("ray_driver.py")), *args],
+                              env={**os.environ, **RAY_ENV}, stdout=sink, stderr=subprocess.STDOUT,
+                              timeout=400)
+    assert done.returncode == 0, log.read_text()[-5000:]
 
 
 @pytest.mark.timeout(500)
-@pytest.mark.skipif(os.environ.get("RAY_TWO_NODES") != "1", reason=(
-    "quarantined (RAY_TWO_NODES=1 runs it): it does not always get a stage onto the second node "
-    "before the resumed campaign ends, and after it the test process's Ray client aborts the "
-    "process about 60 s after the head is killed, taking down whatever test runs next"))
-def test_two_nodes_a_killed_driver_resumes_and_a_lost_node_is_survived(tmp_path, two_nodes, local_results):
-    address, head, node = two_nodes
-    _cpus(address, 2)
+def test_two_nodes_a_killed_driver_resumes_and_a_lost_node_is_survived(tmp_path, nodes, local_results):
+    address, processes = nodes
     campaign = tmp_path / "campaign.yaml"
     campaign.write_text(yaml.safe_dump(CAMPAIGN))
     out = tmp_path / "run"
@@ -240,30 +195,24 @@ def test_two_nodes_a_killed_driver_resumes_and_a_lost_node_is_survived(tmp_path,
     assert not before["finals"] and before["stages"]
     cached = sum(len(s) for s in before["stages"].values())
 
-    # Resumed on the same cluster; the second node is lost while one of its actors runs a stage.
-    _cpus(address, 2)  # the killed driver's actors are gone with it
-    capture = Capture(address)
-    head_node = []
-
-    def on_second_node(info: dict) -> bool:
-        if not head_node:
-            head_node.append(ray.get_runtime_context().get_node_id())  # the driver runs on the head
-        return info["node"] != head_node[0]
-
-    def lose_node(entry: dict) -> None:
-        _kill_group(node)  # its raylet and the rest of the node's own processes
-        os.kill(entry["pid"], signal.SIGKILL)  # the actor, in a session of its own, goes with its node
-
-    killed = kill_when_busy(capture, on_second_node, lose_node, stages=("compile", "dynamic", "correctness",
-                                                                        "benchmark"))
-    outcome = run_campaign(parse_campaign(CAMPAIGN), out, resume=True, pool_factory=capture)
-    pool = capture.pool
-    assert killed, "no stage ran on the second node"
-    assert outcome.ran == 2 and outcome.cache_misses + cached == sum(
+    # Resumed on the same cluster, by a driver of its own; the node of the actor that runs the
+    # first stage is lost in the middle of it, and the stage runs again on the other node.
+    report = tmp_path / "report.json"
+    groups = {name: proc.pid for name, proc in processes.items()}
+    _driver(tmp_path, "resume", address, str(campaign), str(out), json.dumps(groups), str(report))
+    seen = json.loads(report.read_text())
+    killed = seen["killed"]
+    assert killed, "no stage ran on an actor"
+    assert seen["lost_node"] in groups, seen["lost_node"]  # the actor was on node a or b, now lost
+    assert processes[seen["lost_node"]].poll() is not None
+    assert "rerun" in killed, "the stage did not run again on another actor"
+    assert killed["rerun"]["node"] != killed["node"]  # on the node that is left
+    assert seen["ran"] == 2 and seen["cache_misses"] + cached == sum(
         len(s) for s in results(out)["stages"].values())  # nothing evaluated twice
     assert results(out) == local_results
-    assert pool.requeued == 1 and len(pool.lost) == 1
-    assert f"during the {killed['stage']} stage" in pool.lost[0]
+    assert seen["requeued"] == 1 and len(seen["lost"]) == 1
+    assert f"actor {killed['pid']}" in seen["lost"][0]
+    assert f"during the {killed['stage']} stage" in seen["lost"][0]
     assert _gone(killed["children"], 20), killed["children"]
 
 
