@@ -115,7 +115,10 @@ def run_status(run_dir: Path) -> RunStatus:
                 nxt: tuple[str, ...] = ()
                 if graph is not None:
                     snapshot = graph.get_state({"configurable": {"thread_id": key}})
-                    nxt = tuple(snapshot.next) if snapshot.values else ()
+                    # `tasks`, not only `next`: a node whose writes were saved before a kill
+                    # is in tasks alone, and the loop goes on from there (run_loop_graph)
+                    if snapshot.values:
+                        nxt = tuple(snapshot.next) or tuple(t.name for t in snapshot.tasks)
                 if waits:
                     state = "waiting for an answer"
                 elif nxt:

@@ -26,6 +26,7 @@ from agentloop.llm import AgentLLM
 from agentloop.providers import ExchangeRecorder, Message, request_hash
 from agentloop.runner import LatestCheckpoints, checkpointer, run_loop_graph, thread_id
 from agentloop.state import Candidate, Usage
+from agentloop.status import run_status
 from agentloop.store import Store
 
 KERNELS = [(REAL_CORPUS / "rms_norm" / "candidates" / f).read_text()
@@ -264,6 +265,12 @@ def test_a_loop_killed_between_a_nodes_writes_and_the_next_checkpoint_goes_on(tm
         run_loop_graph(graph, ctx)
     snapshot = graph.get_state({"configurable": {"thread_id": thread_id(ctx.cell, "rms_norm")}})
     assert not snapshot.next and snapshot.tasks and snapshot.tasks[0].result is not None
+    # `agentloop status` shows the loop at that node, not as started without a checkpoint
+    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump(
+        {"name": "killed", "tasks": ["rms_norm"], "styles": ["refine"], "modes": ["bi-aware"],
+         "model": "replay"}))
+    [loop] = run_status(tmp_path).loops
+    assert loop.state == f"at {snapshot.tasks[0].name}", loop.state
     saver.put = put
     state = run_loop_graph(graph, ctx)
     saver.conn.close()
