@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import ray
 import yaml
+from procs import children, parent
 
 if TYPE_CHECKING:
     from agentloop.cluster.ray_pool import RayPool
@@ -62,7 +63,7 @@ def kill_when_busy(capture: Capture, where, kill, stages=("dynamic", "correctnes
                 for entry in pool.busy():
                     if not killed and entry["stage"] in stages and entry["pid"] in infos \
                             and where(infos[entry["pid"]]):
-                        killed.update(entry, children=_children(entry["pid"]))
+                        killed.update(entry, children=children(entry["pid"]))
                         kill(entry)
                     elif killed and (entry["hash"], entry["stage"]) == (killed["hash"], killed["stage"]) \
                             and entry["pid"] != killed["pid"]:
@@ -71,17 +72,6 @@ def kill_when_busy(capture: Capture, where, kill, stages=("dynamic", "correctnes
 
     threading.Thread(target=watch, daemon=True).start()
     return killed
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def cpus(address: str, want: int) -> None:
@@ -105,7 +95,7 @@ def resume(address: str, campaign: Path, out: Path, nodes: dict[str, int]) -> di
     lost: dict = {}
 
     def lose_node(entry: dict) -> None:
-        group = os.getpgid(_parent(entry["pid"]))  # the actor's raylet, in its node's process group
+        group = os.getpgid(parent(entry["pid"]))  # the actor's raylet, in its node's process group
         lost["node"] = next((name for name, g in nodes.items() if g == group), f"process group {group}")
         if lost["node"] in nodes:
             os.killpg(group, signal.SIGKILL)  # its raylet and the rest of the node's own processes

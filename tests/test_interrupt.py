@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from procs import children, state
 
 STOP_WITHIN_S = 2.0
 
@@ -31,20 +32,6 @@ def _start(args: list[str], log: Path) -> subprocess.Popen:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     return subprocess.Popen([sys.executable, "-m", "agentloop.cli", *args], env=env,
                             stdout=log.open("w"), stderr=subprocess.STDOUT)
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _count(db: Path, sql: str) -> int:
@@ -78,14 +65,14 @@ def test_sigint_stops_at_once_kills_workers_keeps_results_and_resumes(tmp_path):
     while _count(out / "results.sqlite", "SELECT COUNT(*) FROM candidates") < 1:
         assert proc.poll() is None, log.read_text()
         assert time.monotonic() < deadline, log.read_text()
-        workers.update(_children(proc.pid))
+        workers.update(children(proc.pid))
         time.sleep(0.1)
-    workers.update(_children(proc.pid))
+    workers.update(children(proc.pid))
     code, seconds = _stop(proc, signal.SIGINT)
     output = log.read_text()
     assert code == 130, output
     assert seconds < STOP_WITHIN_S, f"stopped {seconds:.2f} s after SIGINT"
-    assert workers and not any(_alive(w) for w in workers)
+    assert workers and not any(state(w) != "Z" for w in workers)
     assert "stopped by SIGINT" in output and "Traceback" not in output
     assert f"continue with: agentloop run --resume --out {out}" in output
     kept = _count(out / "results.sqlite", "SELECT COUNT(*) FROM candidates")

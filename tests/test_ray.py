@@ -20,6 +20,7 @@ import yaml
 
 ray = pytest.importorskip("ray", reason="the Ray back-end's tests need Ray: pip install 'agentloop[ray]'")
 
+from procs import state  # noqa: E402
 from ray_driver import Capture, kill_when_busy  # noqa: E402
 
 from agentloop.campaign import parse_campaign  # noqa: E402
@@ -76,17 +77,10 @@ def local_results(tmp_path_factory) -> dict:
 def _gone(pids: list[int], within: float) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if not any(Path(f"/proc/{p}").exists() and "Z" not in _state(p) for p in pids):
+        if not any(state(p) != "Z" for p in pids):
             return True
         time.sleep(0.2)
     return False
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "Z"
 
 
 @pytest.mark.timeout(400)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from loop_fakes import REAL_CORPUS, ScriptedProvider, loop_context
+from procs import children
 
 from agentloop.campaign import Budget, Cell
 from agentloop.evaluation import StageOutcome
@@ -97,13 +98,6 @@ class LLMServer:
         self.http.server_close()
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 def _agentloop(args: list[str], server: LLMServer, log: Path) -> subprocess.Popen:
     env = {**os.environ, "OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "test-key", "TRITON_INTERPRET": "1"}
     return subprocess.Popen([sys.executable, "-m", "agentloop.cli", "run", *args], env=env,
@@ -135,9 +129,9 @@ def test_sigkill_then_resume_repeats_no_answered_call_and_loses_nothing(tmp_path
     try:
         first = _agentloop([str(campaign), "--out", str(out)], server, tmp_path / "first.log")
         while not server.holding.wait(0.2):
-            workers.update(_children(first.pid))
+            workers.update(children(first.pid))
             assert first.poll() is None, (tmp_path / "first.log").read_text()
-        workers.update(_children(first.pid))
+        workers.update(children(first.pid))
         first.send_signal(signal.SIGKILL)
         first.wait()
         server.release.set()

@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from procs import state
 
 from gates.contract import get_task
 from gates.remote import Runner, Runners, reference_dirs
@@ -38,11 +39,6 @@ def test_spares_are_taken_oldest_first_and_replaced_at_once():
     assert not any(r.alive for r in everyone) and runners.spares == [] and runners.current is None
 
 
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-
-
 def test_a_parked_runner_is_frozen_and_resumed_for_its_candidate():
     runners = Runners()
     runners.keep_held = 2
@@ -50,9 +46,9 @@ def test_a_parked_runner_is_frozen_and_resumed_for_its_candidate():
     try:
         a, _ = runners.for_code(CODE.format("a"), "rms_norm", "cpu", dirs)
         b, _ = runners.for_code(CODE.format("b"), "rms_norm", "cpu", dirs)
-        assert runners.parked == [a] and _state(a.proc.pid) == "T"  # stopped: no thread of it runs
+        assert runners.parked == [a] and state(a.proc.pid) == "T"  # stopped: no thread of it runs
         again, changes = runners.for_code(CODE.format("a"), "rms_norm", "cpu", dirs)
-        assert again is a and changes == [] and _state(a.proc.pid) != "T" and runners.parked == [b]
+        assert again is a and changes == [] and state(a.proc.pid) != "T" and runners.parked == [b]
         x = torch.ones(2, 4)
         assert torch.equal(a.call([x, torch.ones(4), 1e-6]).outs[0], x)  # same process, candidate loaded
         c, _ = runners.for_code(CODE.format("c"), "rms_norm", "cpu", dirs)
