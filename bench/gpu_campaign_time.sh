@@ -9,6 +9,13 @@
 #   bash bench/gpu_campaign_time.sh local   # this checkout, local pool
 #   bash bench/gpu_campaign_time.sh ray     # this checkout, through a one-node Ray cluster of this
 #                                           # machine's GPUs, as many judge workers as the local pool
+#   RESUME=1 bash bench/gpu_campaign_time.sh local   # go on with the run the last call left in
+#                                           # runs/time-local (the machine kept it: a warm one keeps
+#                                           # ignored paths; else carry runs/time-<way>)
+#
+# The full campaign does not fit one 10-minute call on one H200: run it as LIMIT-second segments,
+# the first without RESUME, then with RESUME=1 until run.log says all loops finished; the
+# campaign's time is the sum of the segments' "exit ... after N s".
 #
 # `local` and `ray` leave the production baselines out (eval: production_baselines: false), so all
 # three time the same work: candidates against references. Results land in $OUT/<way>/: the
@@ -43,15 +50,23 @@ ray)
   echo "cluster: {ray: auto, workers_per_actor: $per}" >> "$campaign" ;;
 *) echo "unknown way $WAY: old, local or ray" >&2; exit 2 ;;
 esac
-rm -rf runs/time-"$WAY"
+RUN=$HERE/runs/time-$WAY
+if [ "${RESUME:-0}" = 1 ]; then
+  [ -f "$RUN/campaign.yaml" ] || { echo "RESUME=1 but no run in $RUN" >&2; exit 2; }
+  set -- run --resume --out "$RUN"
+else
+  rm -rf "$RUN"
+  set -- run "$campaign" --out "$RUN"
+fi
 start=$SECONDS
-timeout -s INT -k 20 "$LIMIT" python3 -m agentloop run "$campaign" --out runs/time-"$WAY" \
-    > "$OUT/run.log" 2>&1
+timeout -s INT -k 20 "$LIMIT" python3 -m agentloop "$@" > "$OUT/run.log" 2>&1
 echo "exit $? after $((SECONDS - start)) s" >> "$OUT/run.log"
 [ "$WAY" = ray ] && python3 -m ray.scripts.scripts stop > /dev/null 2>&1
-cp runs/time-"$WAY"/{summary.json,report.md,campaign.yaml} "$OUT/" 2>/dev/null
+cp "$RUN"/{summary.json,report.md,campaign.yaml} "$OUT/" 2>/dev/null
 # SQLite's backup, not cp: the results live partly in the write-ahead log until a checkpoint.
 python3 -c "import sqlite3, sys; d = sqlite3.connect(sys.argv[2]); sqlite3.connect(sys.argv[1]).backup(d); d.close()" \
-    runs/time-"$WAY"/results.sqlite "$OUT/results.sqlite"
+    "$RUN"/results.sqlite "$OUT/results.sqlite"
+# The run directory itself, when small enough to carry back should the machine not stay warm.
+[ "$(du -sm "$RUN" | cut -f1)" -lt 40 ] && tar czf "$OUT/run-dir.tgz" -C "$HERE/runs" "time-$WAY"
 cd "$HERE"
 cat "$OUT/env.txt"; tail -n 12 "$OUT/run.log"
