@@ -40,6 +40,7 @@ import torch
 from gates import kernel_cache
 from gates.environment import runner_environ
 from gates.runner import wire
+from gates.runner.device_memory import DeviceMemoryError, SharedDeviceMemory
 from gates.runner.driver import dtype_table, pin, unpin
 from gates.runner.loader import CandidateError
 from gates.runner_process import (
@@ -126,6 +127,7 @@ class HostArena:
     and arena run at DMA speed."""
 
     ALIGN = 256
+    on_device = False
 
     def __init__(self, gpu: bool = False) -> None:
         self.size = 0
@@ -159,6 +161,59 @@ class HostArena:
     def view(self, offset: int, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
         n = torch.empty((), dtype=dtype).element_size() * _numel(shape)
         return self.bytes[offset:offset + n].view(dtype).view(shape)
+
+
+class DeviceArena:
+    """GPU memory shared with a GPU runner (`gates.runner.device_memory`): inputs and outputs
+    move device to device, instead of crossing host memory twice each way (seconds per stage
+    for vocabulary-sized tasks). Grows by replacement like the host arena. Each side
+    synchronises the device before the other reads what it wrote."""
+
+    on_device = True
+
+    def __init__(self, device: int) -> None:
+        self.device = device
+        self.size = 0
+        self.memory: SharedDeviceMemory | None = None
+        self.bytes: torch.Tensor | None = None
+
+    def ensure(self, size: int) -> int | None:
+        """As `HostArena.ensure`; raises DeviceMemoryError where the driver refuses."""
+        if size <= self.size:
+            return None
+        memory = SharedDeviceMemory.create(max(size, 2 * self.size, 1 << 21), self.device)
+        try:
+            fd = memory.export()
+        except DeviceMemoryError:
+            memory.close()
+            raise
+        self.release()
+        self.memory, self.size, self.bytes = memory, memory.size, memory.tensor(torch)
+        return fd
+
+    def release(self) -> None:
+        if self.memory is not None:
+            torch.cuda.synchronize(self.device)  # no copy of the judge's still reads or writes it
+            self.bytes = None
+            self.memory.close()
+            self.memory, self.size = None, 0
+
+    view = HostArena.view
+
+
+_device_arena_refused: list[str] = []
+"""Why this process's driver refused device arenas (then every runner uses a host arena)."""
+ARENA_VARIABLE = "AGENTLOOP_ARENA"
+"""Set to "host" to keep GPU runners on the host arena (to compare, or where device arenas
+misbehave)."""
+
+
+def new_arena(device: str) -> HostArena | DeviceArena:
+    if device == "cpu":
+        return HostArena()
+    if _device_arena_refused or os.environ.get(ARENA_VARIABLE) == "host":
+        return HostArena(gpu=True)
+    return DeviceArena(torch.cuda.current_device())
 
 
 def _numel(shape: list[int]) -> int:
@@ -210,7 +265,7 @@ class Runner:
         self.marker = f"{os.getpid()}-{os.urandom(8).hex()}"
         self.findings: list[Finding] = []
         self.isolation: dict[str, Any] = {}
-        self.arena = HostArena(gpu=device != "cpu")
+        self.arena = new_arena(device)
         self._slots: dict[int, tuple[int, weakref.ref]] = {}
         self._freed: list[int] = []
         self._next_slot = 0
@@ -335,14 +390,41 @@ class Runner:
         return reply
 
     def _grow(self, size: int) -> None:
-        fd = self.arena.ensure(size)
-        if fd is not None:
-            try:
-                wire.send(self.sock, {"op": "arena", "size": self.arena.size}, (fd,))
-            except (OSError, wire.WireError):
-                raise self._death("closed") from None
-            finally:
-                os.close(fd)
+        try:
+            fd = self.arena.ensure(size)
+        except DeviceMemoryError as exc:  # this driver shares no device memory: host arenas
+            _device_arena_refused.append(str(exc))
+            self.arena = HostArena(gpu=True)
+            fd = self.arena.ensure(size)
+        if fd is None:
+            return
+        try:
+            reply = self._request({"op": "arena", "size": self.arena.size, "on_device": self.arena.on_device},
+                                  "arena", (fd,))
+        finally:
+            os.close(fd)
+        if reply.get("error") is None:
+            return
+        if not self.arena.on_device:
+            raise _failure(self, f"the runner could not map the arena: {str(reply['error'])[:200]}")
+        # This runner could not map device memory (its candidate may have broken ctypes): this
+        # runner alone goes on with a host arena.
+        self.arena.release()
+        self.arena = HostArena(gpu=True)
+        self._grow(size)
+
+    def drop_arena(self) -> None:
+        """Let go of a device arena while the runner is parked (GPU memory is scarcer than the
+        time to allocate it again); it is made anew by the next call."""
+        if not (self.arena.on_device and self.arena.size and self.alive):
+            return
+        saved = list(_deadline)
+        set_deadline(min(5.0, saved[0] - time.monotonic()) if saved[0] is not None else 5.0)
+        try:  # within seconds, not the next candidate's time-out: the runner is idle
+            self._request({"op": "arena", "size": 0, "on_device": True}, "arena")
+        finally:
+            _deadline[:] = saved
+        self.arena.release()
 
     def _events(self, events: object) -> None:
         if not isinstance(events, list):
@@ -430,6 +512,8 @@ class Runner:
                 specs.append({"t": "value", "v": a})
             else:
                 raise TypeError(f"cannot pass a {type(a).__name__} to a candidate")
+        if self.arena.on_device:
+            torch.cuda.synchronize()  # the runner reads them from another process
         return specs, offset
 
     def _receive_outputs(self, reply: dict, start: int) -> tuple[tuple, dict]:
@@ -458,8 +542,13 @@ class Runner:
             dtype, shape, _ = spec
             view = self.arena.view(off, dtype, shape)
             # A copy either way: what is compared is the judge's own memory, not the arena.
-            outs.append(view.to(self.device, copy=True) if h["device"] == "cuda" and self.device != "cpu"
-                        else view.clone())
+            if self.arena.on_device:
+                outs.append(view.clone() if h["device"] == "cuda" else view.cpu())
+            else:
+                outs.append(view.to(self.device, copy=True) if h["device"] == "cuda" and self.device != "cpu"
+                            else view.clone())
+        if self.arena.on_device:
+            torch.cuda.synchronize()  # copied out before the runner may write there again
         return tuple(outs), placed
 
     def _output_spec(self, h: object) -> tuple[torch.dtype, list[int], int] | None:
@@ -508,6 +597,8 @@ class Runner:
             if isinstance(args[i], torch.Tensor):
                 spec = specs[i]
                 args[i].copy_(self.arena.view(spec["off"], args[i].dtype, list(args[i].shape)))
+        if report.mutated and self.arena.on_device:
+            torch.cuda.synchronize()
         report.aliases = [(a[0], a[1]) for a in placed.get("aliases") or []
                           if isinstance(a, list) and len(a) == 2 and all(type(x) is int for x in a)]
         report.late = [k for k in placed.get("late") or [] if type(k) is int]
@@ -705,6 +796,12 @@ class Runners:
         runner, self.current = self.current, None
         if runner is None:
             return
+        if self.keep_held >= 2 and runner.code_hash is not None:
+            try:
+                runner.drop_arena()
+            except CandidateFailure:
+                runner.stop()
+                return
         if self.keep_held < 2 or runner.code_hash is None or not runner.pause():
             runner.stop()
             return

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from gates.runner import cage, hooks, loader, timing, wire
+from gates.runner import cage, device_memory, hooks, loader, timing, wire
 
 CANDIDATE_NAME = "candidate.py"
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8",
@@ -48,23 +48,41 @@ def unpin(torch: Any, pointer: int) -> None:
 
 
 class Arena:
-    """The runner's mapping of the judge's shared-memory arena (a memfd it sends); page-locked
-    on a GPU."""
+    """The runner's mapping of the judge's arena, from the descriptor the judge sends: a memfd
+    of host memory (page-locked on a GPU), or device memory (`device_memory`)."""
 
-    def __init__(self, torch: Any, fd: int | None = None, size: int = 0, gpu: bool = False) -> None:
-        self.size, self.bytes = 0, None
-        if fd is not None:
-            self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    def __init__(self, torch: Any, fd: int | None = None, size: int = 0, gpu: bool = False,
+                 on_device: bool = False) -> None:
+        self.size, self.bytes, self.memory, self.pinned = 0, None, None, False
+        if fd is None:
+            return
+        try:
+            if on_device:
+                self.memory = device_memory.SharedDeviceMemory.open(fd, size, torch.cuda.current_device())
+                self.bytes = self.memory.tensor(torch)
+            else:
+                self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
+                self.pinned = gpu and pin(torch, self.bytes)
+        finally:
             os.close(fd)
-            self.size = size
-            self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
-        self.pinned = gpu and self.bytes is not None and pin(torch, self.bytes)
+        self.size = size
+
+    @property
+    def on_device(self) -> bool:
+        return self.memory is not None
 
     def release(self, torch: Any) -> None:
-        """Unlock the pages before the mapping goes (a new arena replaces this one)."""
+        """Before the mapping goes (a new arena replaces this one): unlock host pages, or
+        unmap device memory once no copy uses it."""
         if self.pinned:
             unpin(torch, self.bytes.data_ptr())
             self.pinned = False
+        if self.memory is not None:
+            torch.cuda.synchronize()
+            self.bytes = None
+            self.memory.close()
+            self.memory = None
 
     def view(self, offset: int, dtype: Any, shape: list[int], itemsize: int) -> Any:
         n = itemsize
@@ -73,6 +91,11 @@ class Arena:
         if offset < 0 or offset + n > self.size:
             raise ValueError(f"arena slice {offset}+{n} outside {self.size} bytes")
         return self.bytes[offset:offset + n].view(dtype).view(shape)
+
+    def written(self, torch: Any) -> None:
+        """Wait until what the driver copied into a device arena is there for the judge."""
+        if self.memory is not None:
+            torch.cuda.synchronize()
 
 
 class Driver:
@@ -107,7 +130,13 @@ class Driver:
             header, fds = wire.recv(self.sock, max_fds=1)
             if header.get("op") == "arena":
                 self.arena.release(self.torch)
-                self.arena = Arena(self.torch, fds[0], int(header["size"]), gpu=self.device != "cpu")
+                self.arena, error = Arena(self.torch), None
+                try:
+                    self.arena = Arena(self.torch, fds[0] if fds else None, int(header["size"]),
+                                       gpu=self.device != "cpu", on_device=bool(header.get("on_device")))
+                except Exception as exc:  # noqa: BLE001 - the judge falls back to a host arena
+                    error = loader.describe_exception(exc)
+                self.reply({"op": "arena", "error": error})
                 continue
             for fd in fds:
                 os.close(fd)
@@ -224,8 +253,11 @@ class Driver:
         for i, t, original in pristine:
             if not _same_bits(self.torch, t, original):
                 mutated.append(i)
-                view = next(v for j, _, v in tensors if j == i)
-                view.copy_(t)  # the judge mirrors the write into its own tensor
+                # The judge mirrors the write into its own tensor; from the arena as it is now
+                # (placing the outputs may have replaced it).
+                spec, size = message["args"][i], _itemsize(self.torch, t.dtype)
+                self.arena.view(int(spec["off"]), t.dtype, list(t.shape), size).copy_(t)
+        self.arena.written(self.torch)
         storage = lambda t: t.untyped_storage().data_ptr()
         aliases = [[k, i] for k, out in enumerate(outs) if _is_tensor(self.torch, out)
                    for i, t, _ in tensors if storage(out) == storage(t)]
@@ -286,6 +318,7 @@ class Driver:
         for _, _, dst, snap in copies:
             if snap is not dst:
                 dst.copy_(snap)
+        self.arena.written(torch)
         return outs
 
     # Benchmark --------------------------------------------------------------------------
