@@ -272,8 +272,10 @@ def run(
         sys.stderr.flush()
         # Threads cut short (an LLM call, an exchange wait) are not waited for.
         os._exit(0 if stop.reason == "idle" else 130)
-    console.print(f"{outcome.ran} of {outcome.loops} loops run in {outcome.seconds:.0f} s "
-                  f"(evaluation cache: {outcome.cache_hits} hits, {outcome.cache_misses} stages evaluated)",
+    held = "" if outcome.stages_held is None else \
+        "; {} of {} in workers in a runner that held their candidate".format(*outcome.stages_held)
+    console.print(f"{outcome.ran} of {outcome.loops} loops run in {outcome.seconds:.0f} s (evaluation "
+                  f"cache: {outcome.cache_hits} hits, {outcome.cache_misses} stages evaluated{held})",
                   highlight=False)
     for note in outcome.notes:
         console.print(note, highlight=False)

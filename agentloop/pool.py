@@ -48,6 +48,12 @@ follow each other on one worker; a fresh runner per stage cost the H200 campaign
 (docs/lab/gpu/boundary/README.md). A campaign keeps twice as many loops in flight as workers, so
 on a GPU, where a fresh runner costs most and memory is plentiful, four per worker hold all of
 them with room for a candidate's stages landing on two workers; on a CPU two (memory)."""
+RETURN_GRACE_S = 1.0
+"""How long a worker that just ran a stage of a candidate that goes on is kept for that
+candidate's next stage: in between, its caller saves a checkpoint and, after compile, runs the
+static gate. Without it another candidate's stage took the worker in that gap, and the next stage
+went to a worker without the candidate's runner (a fresh runner: its kernels loaded, its
+autotuning and first calls made again)."""
 _MEMORY_SIGNS = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "out of memory")
 
 
@@ -103,6 +109,9 @@ class _Worker:
     held: list[str] = field(default_factory=list)
     """Hashes of the candidates the worker's runners hold (its current one and the parked
     ones, gates.remote.Runners), most recent first, as the worker keeps them."""
+    keep_for: str | None = None
+    """Set by the caller before giving the worker back: the candidate whose next stage it is
+    kept for (RETURN_GRACE_S)."""
 
 
 class WorkerPool:
@@ -163,6 +172,11 @@ class WorkerPool:
         self._idle: list[_Worker] = list(self._workers)
         self._waiting: list[str | None] = []
         """The candidates of the callers waiting for a worker."""
+        self._kept: dict[str, tuple[_Worker, float]] = {}
+        """Candidate -> the free worker kept for its next stage, until when (monotonic)."""
+        self.stages_held = 0
+        """Stages that ran in a worker whose runners held their candidate (of `stages_run`)."""
+        self.stages_run = 0
 
     # Lifecycle ----------------------------------------------------------------------------
     @property
@@ -240,7 +254,10 @@ class WorkerPool:
         with self._cond:
             self._waiting.append(key)
             try:
-                self._cond.wait_for(lambda: self._closed or self._choice(key) is not None)
+                while not (self._closed or self._choice(key) is not None):
+                    # Woken by a freed worker, or when a worker kept for another candidate is let go.
+                    until = min((t for _, t in self._kept.values()), default=None)
+                    self._cond.wait(None if until is None else max(0.0, until - time.monotonic()) + 0.001)
             finally:
                 self._waiting.remove(key)
                 self._cond.notify_all()  # the workers this caller kept the others from are free
@@ -248,22 +265,31 @@ class WorkerPool:
                 raise RuntimeError("the worker pool is closed")
             worker = self._choice(key)
             self._idle.remove(worker)
+            self._kept.pop(key, None)
         try:
             yield worker
         finally:
             with self._cond:
+                if worker.keep_for is not None:
+                    self._kept[worker.keep_for] = (worker, time.monotonic() + RETURN_GRACE_S)
+                    worker.keep_for = None
                 self._idle.append(worker)
                 self._cond.notify_all()
 
     def _choice(self, key: str | None) -> _Worker | None:
         """The free worker for a caller of `key`: one holding its candidate, else one holding
         no other waiting caller's candidate (so that a freed worker goes to the stage it can run
-        without a new runner, when one is waiting), else none yet."""
-        mine = next((w for w in self._idle if key in w.held), None)
+        without a new runner, when one is waiting), else none yet. A worker kept for another
+        candidate's next stage (RETURN_GRACE_S) is left alone until that time has passed."""
+        now = time.monotonic()
+        self._kept = {k: (w, t) for k, (w, t) in self._kept.items() if t > now and w in self._idle}
+        kept = [w for k, (w, _) in self._kept.items() if k != key]
+        free = [w for w in self._idle if w not in kept]
+        mine = next((w for w in free if key in w.held), None)
         if mine is not None:
             return mine
         others = {k for k in self._waiting if k != key}
-        return next((w for w in self._idle if others.isdisjoint(w.held)), None)
+        return next((w for w in free if others.isdisjoint(w.held)), None)
 
     @contextmanager
     def _every_worker(self) -> Iterator[list[_Worker]]:
@@ -286,8 +312,12 @@ class WorkerPool:
         self._check(settings, [stage])
         if stage == "static":
             return static_outcome(code, task)
-        with self._worker(code_hash(code)) as worker:
-            return self._run(worker, code, task, stage, settings)
+        key = code_hash(code)
+        with self._worker(key) as worker:
+            outcome = self._run(worker, code, task, stage, settings)
+            if stage != STAGES[-1] and (outcome.passed or stage in BI_STAGES):
+                worker.keep_for = key  # its next stage is coming
+            return outcome
 
     def evaluate(self, code: str, task: Task, settings: EvalSettings, stages: Sequence[Stage] = STAGES, *,
                  observe_bi: bool = False) -> list[StageOutcome]:
@@ -338,6 +368,9 @@ class WorkerPool:
             seconds = time.perf_counter() - start
         if not result.restarted:
             worker.loaded.add(key)
+        with self._cond:
+            self.stages_run += 1
+            self.stages_held += key in worker.held
         held = [] if result.restarted else [k for k in worker.held if k != key]
         worker.held = [key, *held][:self.held_runners]
         return stage_outcome(stage, result, seconds)

@@ -80,6 +80,9 @@ class RunOutcome:
     seconds: float
     cache_hits: int
     cache_misses: int
+    stages_held: tuple[int, int] | None = None
+    """(stages that ran in a worker whose runners held their candidate, stages run in workers);
+    None where the pool does not count them (a Ray cluster)."""
     notes: list[str] = field(default_factory=list)
     """Lines the providers have to say on the run (where a replay diverged from its record)."""
 
@@ -460,8 +463,9 @@ def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
     hits, misses = (run.evaluator.hits, run.evaluator.misses) if run else (0, 0)
     notes = [line for p in {id(p): p for p in providers.values()}.values()
              for line in (p.divergence_lines() if hasattr(p, "divergence_lines") else [])]
+    held = (pool.stages_held, pool.stages_run) if hasattr(pool, "stages_held") else None
     return RunOutcome(run_dir=out, loops=len(loops), ran=len(todo), seconds=time.perf_counter() - started,
-                      cache_hits=hits, cache_misses=misses, notes=notes)
+                      cache_hits=hits, cache_misses=misses, stages_held=held, notes=notes)
 
 
 def freeze(store: Store, saver: LatestCheckpoints, pool: WorkerPool | None, run: LoopRunner | None) -> None:
