@@ -298,6 +298,52 @@ def test_a_freed_worker_is_left_to_the_waiting_stage_whose_candidate_it_holds(po
             w.held = held
 
 
+def test_a_worker_is_kept_for_the_next_stage_of_the_candidate_it_just_ran(pool, monkeypatch):
+    """After a stage of a candidate that goes on, another caller does not take that worker in the
+    gap before the candidate's next stage (its caller checkpoints, runs the static gate); once
+    the grace has passed without it, the other caller does."""
+    from agentloop import pool as pool_module
+
+    monkeypatch.setattr(pool_module, "RETURN_GRACE_S", 1.5)
+    first, second = pool._workers
+    saved = [w.held for w in pool._workers]
+    got: list = []
+
+    def caller_b() -> None:
+        with pool._worker("b") as worker:
+            got.append((worker, time.monotonic()))
+
+    try:
+        first.held = second.held = []
+        for comes_back in (True, False):
+            got.clear()
+            with pool._cond:
+                pool._idle[:] = [first]  # the other worker is busy
+            with pool._worker("a") as worker:
+                assert worker is first
+                worker.keep_for = "a"  # as evaluate_stage does when a's stage passed
+            released = time.monotonic()
+            thread = threading.Thread(target=caller_b)
+            thread.start()
+            time.sleep(0.5)
+            assert not got  # kept for a
+            if comes_back:
+                with pool._worker("a") as worker:  # a's next stage: its worker, at once
+                    assert worker is first and not got
+            thread.join(10)
+            assert got and got[0][0] is first
+            waited = got[0][1] - released  # let go once a came and went, else at the grace's end
+            assert waited < 1.4 if comes_back else waited >= 1.4
+            pool._idle[:] = [first]
+    finally:
+        with pool._cond:
+            pool._idle[:] = list(pool._workers)
+            pool._kept.clear()
+            pool._cond.notify_all()
+        for w, held in zip(pool._workers, saved, strict=True):
+            w.held = held
+
+
 def test_a_candidate_comes_back_to_its_parked_runner(pool):
     """Another candidate's stage between two of its stages: the worker parks its runner and
     resumes it (same process), instead of loading it into a new one."""
