@@ -43,6 +43,11 @@ def runner_environ(environ: Mapping[str, str], workdir: str, device: str) -> dic
                TRITON_CACHE_DIR=os.path.join(workdir, ".triton"),
                XDG_CACHE_HOME=os.path.join(workdir, ".cache"), PYTHONDONTWRITEBYTECODE="1",
                PYTHONUNBUFFERED="1", TORCHINDUCTOR_CACHE_DIR=os.path.join(workdir, ".inductor"))
+    # Autotuning results go to the Triton cache with the compiled kernels, which the judge keeps
+    # for the candidate's next runners (gates.kernel_cache): a fresh runner then does not time
+    # every configuration again (seconds per stage for an autotuned kernel on a GPU; Triton's
+    # interpreter never caches them).
+    env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     else:

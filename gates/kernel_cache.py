@@ -1,4 +1,5 @@
-"""Triton's compiled kernels of a candidate, kept by the judge between the candidate's runners.
+"""Triton's compiled kernels of a candidate and its autotuning results, kept by the judge
+between the candidate's runners.
 
 Each stage of an evaluation may load the candidate into a fresh runner, and a fresh runner has an
 empty Triton cache (its own work directory): without this store every stage compiled every

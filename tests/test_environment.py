@@ -18,6 +18,10 @@ def test_judges_and_runners_get_no_secret_and_runners_only_device_settings():
     runner = runner_environ(USER_ENV, "/tmp/w", "cpu")
     assert runner["HOME"] == runner["TMPDIR"] == "/tmp/w" and runner["TRITON_INTERPRET"] == "1"
     assert "PYTHONPATH" not in runner and not any("sk-live" in v or "tok-" in v for v in runner.values())
+    gpu = runner_environ(USER_ENV, "/tmp/w", "cuda")  # autotuning results kept with the kernels
+    assert gpu["TRITON_CACHE_AUTOTUNING"] == "1" and "TRITON_INTERPRET" not in gpu
+    asked = runner_environ({**USER_ENV, "TRITON_CACHE_AUTOTUNING": "0"}, "/tmp/w", "cuda")
+    assert asked["TRITON_CACHE_AUTOTUNING"] == "0"  # the user's own choice stands
 
 
 def test_secret_values_are_redacted_from_text_and_verdict_json(monkeypatch):
