@@ -240,6 +240,7 @@ class WorkerPool:
             t.start()
         for t in threads:
             t.join()
+        shutil.rmtree(self._kernels, ignore_errors=True)
 
     def __enter__(self) -> WorkerPool:
         return self
