@@ -196,11 +196,14 @@ class DeviceArena:
         return fd
 
     def release(self) -> None:
-        if self.memory is not None:
+        if self.memory is None:
+            return
+        memory, self.memory, self.bytes, self.size = self.memory, None, None, 0
+        try:
             torch.cuda.synchronize(self.device)  # no copy of the judge's still reads or writes it
-            self.bytes = None
-            self.memory.close()
-            self.memory, self.size = None, 0
+        except RuntimeError:  # a broken CUDA context: the worker is replaced; let go all the same
+            pass
+        memory.close()
 
     view = HostArena.view
 

@@ -129,9 +129,12 @@ class Driver:
         while True:
             header, fds = wire.recv(self.sock, max_fds=1)
             if header.get("op") == "arena":
-                self.arena.release(self.torch)
-                self.arena, error = Arena(self.torch), None
+                old, self.arena, error = self.arena, Arena(self.torch), None
                 try:
+                    old.release(self.torch)
+                except Exception:  # noqa: BLE001 - a broken context: the next mapping says so
+                    pass
+                try:  # the new arena's constructor closes the descriptor
                     self.arena = Arena(self.torch, fds[0] if fds else None, int(header["size"]),
                                        gpu=self.device != "cpu", on_device=bool(header.get("on_device")))
                 except Exception as exc:  # noqa: BLE001 - the judge falls back to a host arena
