@@ -183,16 +183,17 @@ class DeviceArena:
             return None
         memory = SharedDeviceMemory.create(max(size, 2 * self.size, 1 << 21), self.device)
         try:
+            view = memory.tensor(torch)
+            # The driver may hand back pages this judge used before (a reference's outputs): the
+            # runner sees only zeros and what is written for it.
+            view.zero_()
+            torch.cuda.synchronize(self.device)
             fd = memory.export()
-        except DeviceMemoryError:
+        except (DeviceMemoryError, RuntimeError, TypeError) as exc:
             memory.close()
-            raise
+            raise DeviceMemoryError(f"shared device memory unusable: {exc}") from None
         self.release()
-        self.memory, self.size, self.bytes = memory, memory.size, memory.tensor(torch)
-        # The driver may hand back pages this judge used before (a reference's outputs): the
-        # runner sees only zeros and what is written for it.
-        self.bytes.zero_()
-        torch.cuda.synchronize(self.device)
+        self.memory, self.size, self.bytes = memory, memory.size, view
         return fd
 
     def release(self) -> None:
