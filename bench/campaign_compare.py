@@ -1,0 +1,126 @@
+"""Compare two campaign runs' stage times: the trust boundary's cost on the GPU (#12).
+
+`rows` turns a run's results.sqlite into rows of docs/lab/gpu/boundary/campaign_time_stages.csv
+(one per gate result: run, cell, task, kernel, stage, seconds, seconds since the run's first
+record); `compare` reads two runs from that file and prints, over the kernels both evaluated
+(the first record of each kernel and stage): each stage's time before and after, the ratio and
+the median extra for small and large tasks, the tasks that gained most, and how long a kernel
+met for the first time waited for a worker (the time from its loop's previous record to its
+own, less its own stages).
+
+    python3 bench/campaign_compare.py rows full_70a2250 out/local/results.sqlite \\
+        >> docs/lab/gpu/boundary/campaign_time_stages.csv
+    python3 bench/campaign_compare.py compare docs/lab/gpu/boundary/campaign_time_stages.csv \\
+        old_c127915_s8 full_70a2250
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sqlite3
+import statistics
+import sys
+from collections import defaultdict
+
+STAGES = ("compile", "dynamic", "correctness", "benchmark")
+SMALL = {"rms_norm", "layer_norm", "silu_and_mul", "rotary_embedding", "per_token_quant_int8",
+         "fused_add_rms_norm"}
+"""Tasks whose inputs are small; the others (vocabulary-sized, attention, MoE, linear) move
+hundreds of MB to GB per call."""
+FIELDS = ("run", "cell", "task", "kernel", "stage", "seconds", "recorded_at_s")
+
+
+def rows(run: str, database: str) -> None:
+    db = sqlite3.connect(database)
+    found = db.execute("SELECT c.cell, c.task, c.hash, g.gate, g.seconds, c.created_at FROM gate_results g "
+                       "JOIN candidates c ON c.id = g.candidate_id ORDER BY c.created_at, c.id").fetchall()
+    if not found:
+        sys.exit(f"{database}: no gate results")
+    first = found[0][5]
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    for cell, task, digest, gate, seconds, created in found:
+        out.writerow([run, cell, task, digest[:12], gate, f"{seconds:.3f}", f"{created - first:.1f}"])
+
+
+def _load(path: str, run: str) -> list[dict]:
+    with open(path) as f:
+        found = [r for r in csv.DictReader(f) if r["run"] == run]
+    if not found:
+        sys.exit(f"{path}: no rows of run {run!r}")
+    return found
+
+
+def _first_stages(found: list[dict]) -> dict[tuple[str, str, str], float]:
+    out: dict[tuple[str, str, str], float] = {}
+    for r in found:
+        out.setdefault((r["task"], r["kernel"], r["stage"]), float(r["seconds"]))
+    return out
+
+
+def _waits(found: list[dict]) -> list[float]:
+    """For each kernel met for the first time after its loop's first record: the time since that
+    loop's previous record less its own stages."""
+    records: dict[tuple, float] = defaultdict(float)
+    for r in found:
+        records[(float(r["recorded_at_s"]), r["cell"], r["task"], r["kernel"])] += float(r["seconds"])
+    seen, last, waits = set(), {}, []
+    for (at, cell, task, kernel), stages in sorted(records.items()):
+        if (cell, task) in last and kernel not in seen:
+            waits.append(at - last[(cell, task)] - stages)
+        seen.add(kernel)
+        last[(cell, task)] = at
+    return waits
+
+
+def compare(path: str, before: str, after: str) -> None:
+    old, new = _first_stages(_load(path, before)), _first_stages(_load(path, after))
+    shared = [k for k in old if k in new and k[2] in STAGES]
+    print(f"{before} -> {after}: {len(shared)} kernel-stage pairs both evaluated\n")
+    print("| stage | kernels | before | after | ratio | median extra, small tasks | median extra, large |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    total = [0.0, 0.0]
+    for stage in STAGES:
+        keys = [k for k in shared if k[2] == stage]
+        if not keys:
+            continue
+        a, b = sum(old[k] for k in keys), sum(new[k] for k in keys)
+        total[0], total[1] = total[0] + a, total[1] + b
+        medians = []
+        for small in (True, False):
+            extra = [new[k] - old[k] for k in keys if (k[0] in SMALL) == small]
+            medians.append(f"{statistics.median(extra):+.2f} s" if extra else "-")
+        small, large = medians
+        print(f"| {stage} | {len(keys)} | {a:.1f} s | {b:.1f} s | {b / a:.2f} | {small} | {large} |")
+    print(f"| all | {len(shared)} | {total[0]:.1f} s | {total[1]:.1f} s | {total[1] / total[0]:.2f} | | |\n")
+    by_task: dict[str, float] = defaultdict(float)
+    for k in shared:
+        by_task[k[0]] += new[k] - old[k]
+    print("extra by task: " + ", ".join(f"{t} {v:+.0f} s" for t, v in
+                                        sorted(by_task.items(), key=lambda kv: -kv[1])))
+    for run in (before, after):
+        waits = _waits(_load(path, run))
+        if waits:
+            print(f"{run}: a new kernel waited for a worker {statistics.median(waits):.1f} s (median of "
+                  f"{len(waits)})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("rows", help="a run's results.sqlite as CSV rows (no header)")
+    r.add_argument("run")
+    r.add_argument("database")
+    c = sub.add_parser("compare", help="two runs of the CSV, stage by stage")
+    c.add_argument("csv")
+    c.add_argument("before")
+    c.add_argument("after")
+    args = parser.parse_args()
+    if args.command == "rows":
+        rows(args.run, args.database)
+    else:
+        compare(args.csv, args.before, args.after)
+
+
+if __name__ == "__main__":
+    main()
