@@ -74,3 +74,18 @@ def test_a_runner_that_outlives_many_newer_ones_keeps_its_uid_to_itself():
         assert old.alive
     finally:
         old.stop()
+
+
+def test_a_write_to_an_input_is_mirrored_when_placing_the_outputs_grew_the_arena():
+    """The outputs need a larger arena than the inputs did: the judge replaces it between the
+    call and the placing, and the write to the input still comes back (from the new arena)."""
+    code = "import torch\ndef rms_norm(x, weight, eps):\n    x.add_(1)\n    return torch.zeros(1 << 22)\n"
+    runners = Runners()
+    try:
+        runner, _ = runners.for_code(code, "rms_norm", "cpu", reference_dirs(RMS))
+        x = torch.zeros(2, 4)
+        report = runner.call([x, torch.ones(4), 1e-6])
+        assert runner.arena.size >= 4 << 22 and report.outs[0].numel() == 1 << 22  # grew for the output
+        assert report.mutated == [0] and torch.equal(x, torch.ones(2, 4))
+    finally:
+        runners.close()
