@@ -244,3 +244,31 @@ def test_ray_selection_and_errors(tmp_path, monkeypatch):
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(CampaignError, match=re.escape("pip install 'agentloop[ray]'")):
         evaluation_pool(on_ray)
+
+
+def test_a_replacement_killed_by_close_is_not_reported_as_failing_to_start():
+    """close() kills a replacement actor still waiting for a node; its `info` then fails, which
+    is no failure to report (the log used to say "an actor could not start")."""
+    import threading
+
+    from agentloop.cluster.ray_pool import RayPool, _Actor
+
+    class Gone:
+        def get(self, ref):
+            raise RuntimeError("ActorDiedError: the actor died because its owner killed it")
+
+        def kill(self, handle, no_restart=True):
+            pass
+
+    pool = object.__new__(RayPool)  # only what _admit reads: no cluster is needed for this
+    pool.ray, pool._cond, pool._starting = Gone(), threading.Condition(), []
+    for closed in (True, False):
+        pool._closed = closed
+        actor = _Actor(handle=object())
+        pool._starting.append(actor)
+        problem = pool._admit(actor, "ref")
+        if closed:
+            assert problem is None
+        else:  # a real failure to start is still reported
+            assert problem.startswith("an actor could not start: ActorDiedError")
+        assert not actor.alive and actor not in pool._starting

@@ -235,7 +235,8 @@ class RayPool:
             info = self.ray.get(ref)
         except Exception as exc:  # noqa: BLE001 - whatever stopped it, it takes no slots
             self._discard(actor)
-            return f"an actor could not start: {_first_line(exc)}"
+            # Killed by close() while it waited to be placed: nothing went wrong with it.
+            return None if self._closed else f"an actor could not start: {_first_line(exc)}"
         if info.get("code_version") != evaluation_code_version():
             self._discard(actor)
             return (f"the actor on {info.get('host')} runs other evaluating code (version "
