@@ -40,7 +40,7 @@ import torch
 from gates import kernel_cache
 from gates.environment import runner_environ
 from gates.runner import wire
-from gates.runner.device_memory import DeviceMemoryError, SharedDeviceMemory
+from gates.runner.device_memory import OUT_OF_MEMORY, DeviceMemoryError, SharedDeviceMemory
 from gates.runner.driver import dtype_table, pin, unpin
 from gates.runner.loader import CandidateError
 from gates.runner_process import (
@@ -191,7 +191,8 @@ class DeviceArena:
             fd = memory.export()
         except (DeviceMemoryError, RuntimeError, TypeError) as exc:
             memory.close()
-            raise DeviceMemoryError(f"shared device memory unusable: {exc}") from None
+            raise DeviceMemoryError(f"shared device memory unusable: {exc}",
+                                    getattr(exc, "code", 0)) from None
         self.release()
         self.memory, self.size, self.bytes = memory, memory.size, view
         return fd
@@ -400,8 +401,11 @@ class Runner:
     def _grow(self, size: int) -> None:
         try:
             fd = self.arena.ensure(size)
-        except DeviceMemoryError as exc:  # this driver shares no device memory: host arenas
-            _device_arena_refused.append(str(exc))
+        except DeviceMemoryError as exc:
+            # The GPU full for now: this runner takes a host arena. Anything else: this driver
+            # shares no device memory, and every later runner of this judge takes one too.
+            if exc.code != OUT_OF_MEMORY:
+                _device_arena_refused.append(str(exc))
             self.arena = HostArena(gpu=True)
             fd = self.arena.ensure(size)
         if fd is None:

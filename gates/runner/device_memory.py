@@ -23,8 +23,16 @@ _ON_DEVICE = 1  # CU_MEM_LOCATION_TYPE_DEVICE
 _READ_WRITE = 3  # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 
 
+OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
+
+
 class DeviceMemoryError(RuntimeError):
-    """The driver refused a step of sharing device memory (one line, with the CUDA error)."""
+    """The driver refused a step of sharing device memory (one line, with the CUDA error);
+    `code` is the CUDA error (0 where the failure was not the driver's answer)."""
+
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class _Location(ctypes.Structure):
@@ -85,7 +93,7 @@ def _driver() -> Any:
 def _call(name: str, *args: Any) -> None:
     result = _driver()[name](*args)
     if result != 0:
-        raise DeviceMemoryError(f"{name} failed with CUDA error {result}")
+        raise DeviceMemoryError(f"{name} failed with CUDA error {result}", result)
 
 
 def _properties(device: int) -> _Properties:
