@@ -3,9 +3,10 @@
 The judge (a sandbox worker that never imports candidate code) starts a `RunnerProcess`
 (`python -I` running `gates.runner.driver`, which cages itself), hands it the candidate's code
 and calls the entry through `RemoteEntry`, which looks like the entry function to the gates:
-tensors in, a tuple of tensors out. Inputs travel through a shared-memory arena (a memfd the
-judge owns); outputs come back as bytes the judge copies out of the arena into tensors it makes
-itself, after checking each header (dtype, shape, strides, device, exact type). Nothing from
+tensors in, a tuple of tensors out. Inputs travel through an arena the judge owns and shares
+with the runner by a file descriptor (host memory in a memfd; on a GPU, device memory); outputs
+come back as bytes the judge copies out of the arena into tensors it makes itself, after
+checking each header (dtype, shape, strides, device, exact type). Nothing from
 the runner is unpickled or called. What the runner reports besides its outputs can only add
 findings (`Runner.take_findings`).
 
@@ -122,9 +123,10 @@ def sandbox_finding(rule: str, message: str) -> Finding:
 
 # The arena ---------------------------------------------------------------------------------
 class HostArena:
-    """Shared memory the judge owns: inputs go in, outputs come back. Grows by replacement.
-    Page-locked for a GPU runner (both sides pin their mapping), so the copies between device
-    and arena run at DMA speed."""
+    """Shared host memory the judge owns: inputs go in, outputs come back. Grows by replacement.
+    A CPU runner's arena; a GPU runner's only where device memory cannot be shared (then
+    page-locked, both sides pinning their mapping, so copies to and from the device run at DMA
+    speed)."""
 
     ALIGN = 256
     on_device = False
