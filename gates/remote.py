@@ -164,6 +164,9 @@ class HostArena:
         n = torch.empty((), dtype=dtype).element_size() * _numel(shape)
         return self.bytes[offset:offset + n].view(dtype).view(shape)
 
+    def settle(self) -> None:
+        """Nothing to wait for: copies between host memory and the arena are done on return."""
+
 
 class DeviceArena:
     """GPU memory shared with a GPU runner (`gates.runner.device_memory`): inputs and outputs
@@ -210,6 +213,11 @@ class DeviceArena:
         memory.close()
 
     view = HostArena.view
+
+    def settle(self) -> None:
+        """Wait until this judge's copies into and out of the arena are done: the runner, another
+        process, reads what was written, and may write where was read."""
+        torch.cuda.synchronize(self.device)
 
 
 _device_arena_refused: list[str] = []
@@ -526,8 +534,7 @@ class Runner:
                 specs.append({"t": "value", "v": a})
             else:
                 raise TypeError(f"cannot pass a {type(a).__name__} to a candidate")
-        if self.arena.on_device:
-            torch.cuda.synchronize()  # the runner reads them from another process
+        self.arena.settle()
         return specs, offset
 
     def _receive_outputs(self, reply: dict, start: int) -> tuple[tuple, dict]:
@@ -555,14 +562,10 @@ class Runner:
                 continue
             dtype, shape, _ = spec
             view = self.arena.view(off, dtype, shape)
-            # A copy either way: what is compared is the judge's own memory, not the arena.
-            if self.arena.on_device:
-                outs.append(view.clone() if h["device"] == "cuda" else view.cpu())
-            else:
-                outs.append(view.to(self.device, copy=True) if h["device"] == "cuda" and self.device != "cpu"
-                            else view.clone())
-        if self.arena.on_device:
-            torch.cuda.synchronize()  # copied out before the runner may write there again
+            # A copy, on the device the runner reported: what is compared is the judge's own
+            # memory, not the arena.
+            outs.append(view.to(self.device if h["device"] == "cuda" else "cpu", copy=True))
+        self.arena.settle()
         return tuple(outs), placed
 
     def _output_spec(self, h: object) -> tuple[torch.dtype, list[int], int] | None:
@@ -611,8 +614,8 @@ class Runner:
             if isinstance(args[i], torch.Tensor):
                 spec = specs[i]
                 args[i].copy_(self.arena.view(spec["off"], args[i].dtype, list(args[i].shape)))
-        if report.mutated and self.arena.on_device:
-            torch.cuda.synchronize()
+        if report.mutated:
+            self.arena.settle()
         report.aliases = [(a[0], a[1]) for a in placed.get("aliases") or []
                           if isinstance(a, list) and len(a) == 2 and all(type(x) is int for x in a)]
         report.late = [k for k in placed.get("late") or [] if type(k) is int]
@@ -810,13 +813,15 @@ class Runners:
         runner, self.current = self.current, None
         if runner is None:
             return
-        if self.keep_held >= 2 and runner.code_hash is not None:
-            try:
-                runner.drop_arena()
-            except CandidateFailure:
-                runner.stop()
-                return
-        if self.keep_held < 2 or runner.code_hash is None or not runner.pause():
+        if self.keep_held < 2 or runner.code_hash is None:
+            runner.stop()
+            return
+        try:
+            runner.drop_arena()
+            parked = runner.pause()
+        except CandidateFailure:
+            parked = False
+        if not parked:
             runner.stop()
             return
         self.parked.insert(0, runner)

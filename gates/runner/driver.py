@@ -92,7 +92,7 @@ class Arena:
             raise ValueError(f"arena slice {offset}+{n} outside {self.size} bytes")
         return self.bytes[offset:offset + n].view(dtype).view(shape)
 
-    def written(self, torch: Any) -> None:
+    def settle(self, torch: Any) -> None:
         """Wait until what the driver copied into a device arena is there for the judge."""
         if self.memory is not None:
             torch.cuda.synchronize()
@@ -260,7 +260,7 @@ class Driver:
                 # (placing the outputs may have replaced it).
                 spec, size = message["args"][i], _itemsize(self.torch, t.dtype)
                 self.arena.view(int(spec["off"]), t.dtype, list(t.shape), size).copy_(t)
-        self.arena.written(self.torch)
+        self.arena.settle(self.torch)
         storage = lambda t: t.untyped_storage().data_ptr()
         aliases = [[k, i] for k, out in enumerate(outs) if _is_tensor(self.torch, out)
                    for i, t, _ in tensors if storage(out) == storage(t)]
@@ -321,7 +321,7 @@ class Driver:
         for _, _, dst, snap in copies:
             if snap is not dst:
                 dst.copy_(snap)
-        self.arena.written(torch)
+        self.arena.settle(torch)
         return outs
 
     # Benchmark --------------------------------------------------------------------------
