@@ -274,6 +274,8 @@ def run(
         os._exit(0 if stop.reason == "idle" else 130)
     held = "" if outcome.stages_held is None else \
         "; {} of {} in workers in a runner that held their candidate".format(*outcome.stages_held)
+    if outcome.memory_retries:
+        held += f"; {outcome.memory_retries} run again after the GPU ran out of memory"
     console.print(f"{outcome.ran} of {outcome.loops} loops run in {outcome.seconds:.0f} s (evaluation "
                   f"cache: {outcome.cache_hits} hits, {outcome.cache_misses} stages evaluated{held})",
                   highlight=False)

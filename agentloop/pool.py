@@ -55,6 +55,8 @@ static gate. Without it another candidate's stage took the worker in that gap, a
 went to a worker without the candidate's runner (a fresh runner: its kernels loaded, its
 autotuning and first calls made again)."""
 _MEMORY_SIGNS = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "out of memory")
+_DEVICE_MEMORY_SIGNS = ("OutOfMemoryError", "CUDA out of memory")
+"""What a stage that found the GPU full says (the judge's or the runner's allocations)."""
 
 
 def default_stage_timeout(stage: Stage) -> float:
@@ -174,6 +176,12 @@ class WorkerPool:
         """The candidates of the callers waiting for a worker."""
         self._kept: dict[str, tuple[_Worker, float]] = {}
         """Candidate -> the free worker kept for its next stage, until when (monotonic)."""
+        self.retry_out_of_memory = device == "cuda"
+        """Run a stage that ran out of device memory once more, after its worker stopped its
+        runners: the GPU is shared by every judge and runner of the pool, and a full one is
+        nobody's verdict (docs/lab/gpu/boundary/README.md, session 9)."""
+        self.memory_retries = 0
+        """Stages run again for that."""
         self.stages_held = 0
         """Stages that ran in a worker whose runners held their candidate (of `stages_run`)."""
         self.stages_run = 0
@@ -347,6 +355,18 @@ class WorkerPool:
 
     def _run(self, worker: _Worker, code: str, task: Task, stage: Stage,
              settings: EvalSettings) -> StageOutcome:
+        outcome = self._run_once(worker, code, task, stage, settings)
+        if not (self.retry_out_of_memory and out_of_device_memory(outcome)):
+            return outcome
+        with self._cond:
+            self.memory_retries += 1
+        worker.sandbox.run(Job.of(worker_jobs.release_runners), timeout=60)
+        worker.held = []
+        again = self._run_once(worker, code, task, stage, settings)
+        return again.model_copy(update={"seconds": outcome.seconds + again.seconds})
+
+    def _run_once(self, worker: _Worker, code: str, task: Task, stage: Stage,
+                  settings: EvalSettings) -> StageOutcome:
         key = code_hash(code)
         sandbox = worker.sandbox
         if key not in worker.loaded and len(worker.loaded) >= self.recycle_after:
@@ -389,6 +409,16 @@ def _start(worker: _Worker, force: bool = False) -> JobResult | None:
             worker.loaded.clear()
         worker.starts = sandbox.restarts
     return result
+
+
+def out_of_device_memory(outcome: StageOutcome) -> bool:
+    """Whether the stage failed because an allocation on the device did not fit."""
+    if outcome.passed:
+        return False
+    texts = [outcome.error or ""]
+    if outcome.gate is not None:
+        texts += [f.message for f in outcome.gate.findings]
+    return any(sign in text for text in texts for sign in _DEVICE_MEMORY_SIGNS)
 
 
 def _memory_marked(error: str) -> str:

@@ -83,6 +83,8 @@ class RunOutcome:
     stages_held: tuple[int, int] | None = None
     """(stages that ran in a worker whose runners held their candidate, stages run in workers);
     None where the pool does not count them (a Ray cluster)."""
+    memory_retries: int = 0
+    """Stages run again because the GPU was out of memory (agentloop.pool)."""
     notes: list[str] = field(default_factory=list)
     """Lines the providers have to say on the run (where a replay diverged from its record)."""
 
@@ -465,7 +467,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
              for line in (p.divergence_lines() if hasattr(p, "divergence_lines") else [])]
     held = (pool.stages_held, pool.stages_run) if hasattr(pool, "stages_held") else None
     return RunOutcome(run_dir=out, loops=len(loops), ran=len(todo), seconds=time.perf_counter() - started,
-                      cache_hits=hits, cache_misses=misses, stages_held=held, notes=notes)
+                      cache_hits=hits, cache_misses=misses, stages_held=held,
+                      memory_retries=getattr(pool, "memory_retries", 0), notes=notes)
 
 
 def freeze(store: Store, saver: LatestCheckpoints, pool: WorkerPool | None, run: LoopRunner | None) -> None:

@@ -99,6 +99,21 @@ def ping() -> int:
     return os.getpid()
 
 
+def release_runners() -> None:
+    """Stop this judge's runners and give its cached device memory back: before a stage that
+    ran out of device memory runs again (agentloop.pool)."""
+    import gc
+
+    import torch
+
+    from gates.remote import RUNNERS
+
+    RUNNERS.close()
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def runner_state() -> dict:
     """The worker's runners (diagnostics, tests): the current one's and the parked ones' process
     ids, and how many candidates were loaded into fresh runners."""

@@ -402,6 +402,10 @@ class Runner:
         except (OSError, wire.WireError):
             raise self._death("closed") from None
         reply = self._wait()
+        if reply.get("op") == "failed" and str(reply.get("error")).startswith("out of memory"):
+            # The driver's own copies found the device full, and it waits for the next request:
+            # the call failed, and the stage is retried (agentloop.pool) rather than blamed.
+            raise CandidateRaised(str(reply["error"])[:500])
         if reply.get("op") != expect:
             self._stop_for("sent a message the judge did not ask for", "SB007")
             raise _failure(self, f"the runner answered {str(reply.get('op'))[:40]!r} to a "
@@ -435,18 +439,22 @@ class Runner:
         self.arena = HostArena(gpu=True)
         self._grow(size)
 
-    def drop_arena(self) -> None:
-        """Let go of a device arena while the runner is parked (GPU memory is scarcer than the
-        time to allocate it again); it is made anew by the next call."""
-        if not (self.arena.on_device and self.arena.size and self.alive):
+    def park(self) -> None:
+        """Before the runner is frozen until its candidate's next stage: it lets go of what the
+        last stage left (its copies of the inputs, kept outputs) and of a device arena, and
+        gives its cached device memory back (GPU memory is scarcer than the time to allocate it
+        again; the arena is made anew by the next call). Within seconds, not the next
+        candidate's time-out: the runner is idle."""
+        if not self.alive:
             return
         saved = list(_deadline)
         set_deadline(min(5.0, saved[0] - time.monotonic()) if saved[0] is not None else 5.0)
-        try:  # within seconds, not the next candidate's time-out: the runner is idle
-            self._request({"op": "arena", "size": 0, "on_device": True}, "arena")
+        try:
+            self._request({"op": "park", "release_arena": self.arena.on_device}, "parked")
         finally:
             _deadline[:] = saved
-        self.arena.release()
+        if self.arena.on_device:
+            self.arena.release()
 
     def _events(self, events: object) -> None:
         if not isinstance(events, list):
@@ -555,6 +563,8 @@ class Runner:
             offset += _aligned(spec[2])
         self._grow(offset)
         placed = self._request({"op": "place", "offsets": offsets}, "placed")
+        if placed.get("error") is not None:  # the runner ran out of memory placing them
+            raise CandidateRaised(str(placed["error"])[:500])
         outs = []
         for h, spec, off in zip(headers, specs, offsets, strict=True):
             if spec is None:
@@ -817,7 +827,7 @@ class Runners:
             runner.stop()
             return
         try:
-            runner.drop_arena()
+            runner.park()
             parked = runner.pause()
         except CandidateFailure:
             parked = False

@@ -439,3 +439,7 @@ def _worker_main() -> None:
                        seconds, fatal))
         if fatal:
             return
+        if config["device"] == "cuda":
+            # What the job cached goes back to the GPU that this judge shares with the pool's
+            # other judges and every runner (after the answer: outside the stage's time).
+            torch.cuda.empty_cache()

@@ -84,3 +84,27 @@ def test_the_host_arena_stays_available(monkeypatch):
         assert isinstance(runner.arena, HostArena)
     finally:
         runners.close()
+
+
+def test_a_parked_gpu_runner_gives_its_cached_device_memory_back():
+    """Besides the arena, a parked runner empties its allocator's cache (its copies of the
+    inputs, the candidate's freed outputs): frozen runners held gigabytes each, and in the
+    H200 campaign the GPU ran out (docs/lab/gpu/boundary/README.md, session 9)."""
+    runners = Runners()
+    runners.keep_held = 2
+    dirs = reference_dirs(RMS)
+    try:
+        a, _ = runners.for_code(SCALE.format("cache-a"), "rms_norm", "cuda", dirs)
+        x, w = torch.randn(1 << 18, 1024, device="cuda"), torch.randn(1024, device="cuda")  # 1 GiB
+        a.call([x, w, 1e-6])
+        arena = a.arena.size
+        torch.cuda.synchronize()
+        free_before = torch.cuda.mem_get_info()[0]
+        runners.for_code(SCALE.format("cache-b"), "rms_norm", "cuda", dirs)
+        assert runners.parked == [a]
+        freed = torch.cuda.mem_get_info()[0] - free_before
+        # The arena, and of the runner's cache (the input's copy, its pristine clone and the
+        # output, 1 GiB each) more than the next candidate's new runner took for its context.
+        assert freed > arena + (1 << 30), (freed, arena)
+    finally:
+        runners.close()

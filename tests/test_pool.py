@@ -368,3 +368,29 @@ def test_a_candidate_comes_back_to_its_parked_runner(pool):
         assert len(after["parked"]) == 1 and after["current"] not in after["parked"]
     finally:
         pool._idle[:] = list(pool._workers)
+
+
+def test_a_stage_that_found_the_device_full_runs_once_more_in_a_fresh_runner(pool, monkeypatch):
+    """On a GPU a stage can fail only because the pool's judges and runners filled the device:
+    its worker stops its runners and the stage runs again, once. Another failure does not, and
+    a candidate out of memory both times is still rejected."""
+    from agentloop import worker_jobs
+
+    def raising(error: str) -> str:
+        return f"import torch\ndef rms_norm(x, weight, eps):\n    raise {error}\n"
+
+    full = raising('torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")')
+    assert not pool.retry_out_of_memory  # a CPU pool: host memory is each runner's own limit
+    monkeypatch.setattr(pool, "retry_out_of_memory", True)
+    pool._idle[:] = pool._idle[:1]
+    worker = pool._idle[0]
+    loads = lambda: worker.sandbox.run(Job.of(worker_jobs.runner_state), timeout=30).value["loads"]  # noqa: E731
+    try:
+        before, retries = loads(), pool.memory_retries
+        outcome = pool.evaluate_stage(full, TASK, "compile", SETTINGS)
+        assert not outcome.passed and "CUDA out of memory" in outcome.error
+        assert pool.memory_retries == retries + 1 and loads() - before == 2  # again, in a new runner
+        other = pool.evaluate_stage(raising('ValueError("no")'), TASK, "compile", SETTINGS)
+        assert not other.passed and "ValueError" in other.error and pool.memory_retries == retries + 1
+    finally:
+        pool._idle[:] = list(pool._workers)

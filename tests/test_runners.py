@@ -89,3 +89,56 @@ def test_a_write_to_an_input_is_mirrored_when_placing_the_outputs_grew_the_arena
         assert report.mutated == [0] and torch.equal(x, torch.ones(2, 4))
     finally:
         runners.close()
+
+
+def test_a_parked_runner_lets_go_of_its_last_stage_s_memory():
+    """Parking drops the runner's copies of the last stage's inputs: frozen runners held
+    gigabytes each on the H200, and the GPU the pool shares ran out (docs/lab/gpu/boundary)."""
+    from gates.runner_process import rss
+
+    runners = Runners()
+    runners.keep_held = 2
+    dirs = reference_dirs(RMS)
+    try:
+        a, _ = runners.for_code(CODE.format("a"), "rms_norm", "cpu", dirs)
+        x = torch.ones(1 << 26)  # 256 MB: the runner keeps its own copy of each input
+        a.call([x, torch.ones(4), 1e-6])
+        held = rss(a.proc.pid)
+        runners.for_code(CODE.format("b"), "rms_norm", "cpu", dirs)
+        assert runners.parked == [a] and state(a.proc.pid) == "T"
+        assert held - rss(a.proc.pid) > 200 << 20
+        again, _ = runners.for_code(CODE.format("a"), "rms_norm", "cpu", dirs)
+        assert again is a and torch.equal(a.call([x, torch.ones(4), 1e-6]).outs[0], x)  # copies anew
+    finally:
+        runners.close()
+
+
+def test_a_runner_out_of_memory_in_its_own_copies_answers_in_the_protocol():
+    """The driver's own copies running out of memory fail the call, and the runner goes on:
+    it is not a broken protocol (SB007) and nothing to blame the candidate for; the pool runs
+    such a stage again (agentloop.pool)."""
+    from gates.remote import CandidateRaised
+
+    # On its second call the candidate lowers its address-space limit: the driver's copy of
+    # the next new input (256 MB) no longer fits (the arena had grown in the first call).
+    code = ("import resource\n"
+            "calls = []\n"
+            "def rms_norm(x, weight, eps):\n"
+            "    calls.append(1)\n"
+            "    if len(calls) == 2:\n"
+            "        size = int(open('/proc/self/status').read().split('VmSize:')[1].split()[0]) * 1024\n"
+            "        hard = resource.getrlimit(resource.RLIMIT_AS)[1]\n"
+            "        resource.setrlimit(resource.RLIMIT_AS, (size + (64 << 20), hard))\n"
+            "    return x[:4].clone()\n")
+    runners = Runners()
+    try:
+        runner, _ = runners.for_code(code, "rms_norm", "cpu", reference_dirs(RMS))
+        first = torch.ones(1 << 26)
+        runner.call([first, torch.ones(4), 1e-6])
+        runner.call([first, torch.ones(4), 1e-6])
+        with pytest.raises(CandidateRaised, match="out of memory"):
+            runner.call([torch.zeros(1 << 26), torch.ones(4), 1e-6])
+        assert runner.alive and runner.take_findings() == []
+        assert torch.equal(runner.call([first, torch.ones(4), 1e-6]).outs[0], first[:4])  # still serves
+    finally:
+        runners.close()

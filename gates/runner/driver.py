@@ -16,6 +16,7 @@ findings.
 
 from __future__ import annotations
 
+import gc
 import json
 import mmap
 import os
@@ -148,7 +149,8 @@ class Driver:
     def serve(self) -> None:
         ops = {"load": self.load, "call": self.call, "bench_prepare": self.bench_prepare,
                "bench_reps": self.bench_reps, "bench_samples": self.bench_samples,
-               "bench_reveal": self.bench_reveal, "report": lambda m: self.reply({"op": "report"})}
+               "bench_reveal": self.bench_reveal, "park": self.park,
+               "report": lambda m: self.reply({"op": "report"})}
         while True:
             try:
                 message = self.receive()
@@ -159,9 +161,35 @@ class Driver:
             try:
                 ops[message["op"]](message)
             except Exception as exc:  # noqa: BLE001 - an object of the candidate's broke the driver
+                if self.out_of_memory(exc):
+                    self.reply({"op": "failed", "error": f"out of memory: {loader.describe_exception(exc)}"})
+                    continue
                 self.recorder.add("SB007", f"the driver could not handle what the candidate returned "
                                            f"({type(exc).__name__})")
                 self.reply({"op": "failed", "error": loader.describe_exception(exc)})
+
+    def out_of_memory(self, exc: BaseException) -> bool:
+        """Whether the driver's own copies ran out of memory (a GPU shared by several runners
+        and judges can be full for a moment): the judge retries such a stage, so it is said in
+        the protocol's own terms, not as a finding against the candidate."""
+        return isinstance(exc, (MemoryError, self.torch.OutOfMemoryError)) or \
+            "can't allocate memory" in str(exc)  # torch's CPU allocator
+
+    def park(self, message: dict) -> None:
+        """Before the judge freezes this runner until its candidate's next stage: let go of
+        what the last stage left here (the inputs' slots, outputs kept for the reuse check, the
+        benchmark's bound call and kept outputs), with `release_arena` the device arena too, and
+        give cached device memory back to the GPU. Frozen runners held gigabytes of it each, and
+        a GPU shared by a pool's judges and their runners ran out (docs/lab/gpu/boundary)."""
+        self.slots.clear()
+        self.previous, self.prepared, self.probe = [], None, None
+        if message.get("release_arena"):
+            old, self.arena = self.arena, Arena(self.torch)
+            old.release(self.torch)
+        gc.collect()
+        if self.device != "cpu":
+            self.torch.cuda.empty_cache()
+        self.reply({"op": "parked"})
 
     # Loading ----------------------------------------------------------------------------
     def load(self, message: dict) -> None:
@@ -218,10 +246,16 @@ class Driver:
             self.slots.pop(slot, None)
         try:
             args, tensors = self.tensor_args(message["args"])
+            pristine = [(i, t, v if self.device == "cpu" else t.clone()) for i, t, v in tensors]
         except (KeyError, ValueError, TypeError) as exc:
             self.reply({"op": "result", "error": f"bad call from the judge: {exc}", "outs": []})
             return
-        pristine = [(i, t, v if self.device == "cpu" else t.clone()) for i, t, v in tensors]
+        except Exception as exc:
+            if not self.out_of_memory(exc):
+                raise
+            self.reply({"op": "result", "error": f"out of memory: the runner could not hold the call's "
+                                                  f"inputs: {loader.describe_exception(exc)}", "outs": []})
+            return
         threads = threading.active_count()
         launches = self.launches[0]
         state = loader.torch_global_state()
@@ -253,22 +287,34 @@ class Driver:
         if outs is None:
             return
         mutated = []
-        for i, t, original in pristine:
-            if not _same_bits(self.torch, t, original):
-                mutated.append(i)
-                # The judge mirrors the write into its own tensor; from the arena as it is now
-                # (placing the outputs may have replaced it).
-                spec, size = message["args"][i], _itemsize(self.torch, t.dtype)
-                self.arena.view(int(spec["off"]), t.dtype, list(t.shape), size).copy_(t)
-        self.arena.settle(self.torch)
+        try:
+            for i, t, original in pristine:
+                if not _same_bits(self.torch, t, original):
+                    mutated.append(i)
+                    # The judge mirrors the write into its own tensor; from the arena as it is
+                    # now (placing the outputs may have replaced it).
+                    spec, size = message["args"][i], _itemsize(self.torch, t.dtype)
+                    self.arena.view(int(spec["off"]), t.dtype, list(t.shape), size).copy_(t)
+            self.arena.settle(self.torch)
+            if track:
+                self.previous = [(o, o.clone()) for o in outs if _is_tensor(self.torch, o)]
+        except Exception as exc:
+            if not self.out_of_memory(exc):
+                raise
+            self.reply_placed_out_of_memory(exc)
+            return
         storage = lambda t: t.untyped_storage().data_ptr()
         aliases = [[k, i] for k, out in enumerate(outs) if _is_tensor(self.torch, out)
                    for i, t, _ in tensors if storage(out) == storage(t)]
         if threading.active_count() > threads:
             self.recorder.add("SB004", "the candidate left a thread running after its call returned")
-        if track:
-            self.previous = [(o, o.clone()) for o in outs if _is_tensor(self.torch, o)]
         self.reply({"op": "placed", "mutated": mutated, "aliases": aliases, "late": self.late})
+
+    def reply_placed_out_of_memory(self, exc: BaseException) -> None:
+        """The answer to `place` when the driver's copies ran out of memory: the call failed."""
+        self.reply({"op": "placed", "error": f"out of memory: the runner could not place the outputs: "
+                                             f"{loader.describe_exception(exc)}",
+                    "mutated": [], "aliases": [], "late": []})
 
     def outputs_overwritten(self) -> bool:
         return any(not _same_bits(self.torch, o, copy) for o, copy in self.previous)
@@ -297,31 +343,37 @@ class Driver:
         if place.get("op") != "place":
             return None
         offsets = place["offsets"]
-        copies = []
-        for k, (out, header, off) in enumerate(zip(outs, headers, offsets, strict=True)):
-            if header["t"] != "tensor" or off is None:
-                continue
-            dtype = self.dtypes[header["dtype"]]
-            dst = self.arena.view(int(off), dtype, header["shape"], _itemsize(torch, dtype))
-            out = torch.Tensor.detach(out)
-            # What the output held when the call returned: on the GPU a device-side snapshot
-            # (the check then compares on the device; a host copy of a vocabulary-sized output
-            # compared on the CPU cost seconds per stage), on the CPU the arena copy itself.
-            if out.device.type == "cpu":
-                dst.copy_(out)
-                snap = dst
+        try:
+            copies = []
+            for k, (out, header, off) in enumerate(zip(outs, headers, offsets, strict=True)):
+                if header["t"] != "tensor" or off is None:
+                    continue
+                dtype = self.dtypes[header["dtype"]]
+                dst = self.arena.view(int(off), dtype, header["shape"], _itemsize(torch, dtype))
+                out = torch.Tensor.detach(out)
+                # What the output held when the call returned: on the GPU a device-side snapshot
+                # (the check then compares on the device; a host copy of a vocabulary-sized output
+                # compared on the CPU cost seconds per stage), on the CPU the arena copy itself.
+                if out.device.type == "cpu":
+                    dst.copy_(out)
+                    snap = dst
+                else:
+                    snap = out.clone()
+                copies.append((k, out, dst, snap))
+            if self.device != "cpu":
+                torch.cuda.synchronize()
             else:
-                snap = out.clone()
-            copies.append((k, out, dst, snap))
-        if self.device != "cpu":
-            torch.cuda.synchronize()
-        else:
-            time.sleep(0.001)
-        self.late = [k for k, out, _, snap in copies if not _same_bits(torch, out, snap)]
-        for _, _, dst, snap in copies:
-            if snap is not dst:
-                dst.copy_(snap)
-        self.arena.settle(torch)
+                time.sleep(0.001)
+            self.late = [k for k, out, _, snap in copies if not _same_bits(torch, out, snap)]
+            for _, _, dst, snap in copies:
+                if snap is not dst:
+                    dst.copy_(snap)
+            self.arena.settle(torch)
+        except Exception as exc:
+            if not self.out_of_memory(exc):
+                raise
+            self.reply_placed_out_of_memory(exc)
+            return None
         return outs
 
     # Benchmark --------------------------------------------------------------------------
