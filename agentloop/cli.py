@@ -157,6 +157,10 @@ def audit(
             console.print(f"{result.gate:<12} {mark}  {result.seconds:6.2f} s", highlight=False)
         if verdict.verdict == "reject" or "Warnings" in verdict.feedback:
             console.print(verdict.feedback, highlight=False, markup=False, soft_wrap=True)
+        if verdict.isolation is not None:
+            from gates.remote import describe_isolation
+
+            console.print(f"[dim]caged: {describe_isolation(verdict.isolation)}[/]", highlight=False)
         colour = "green" if verdict.verdict == "accept" else "bold red"
         console.print(f"[{colour}]{verdict.verdict}[/] ({verdict.seconds:.1f} s)", highlight=False)
     raise typer.Exit(0 if verdict.verdict == "accept" else 1)
@@ -176,12 +180,13 @@ def audit_until_timeout(candidate: Any, spec: Any, gates: list[str] | None, devi
 
     wanted = [g for g in GATES if g in (gates or GATES)]
     start = time.perf_counter()
-    results = []
+    results, isolation = [], None
     sandbox = Sandbox(device or default_device()) if any(g != "static" for g in wanted) else None
     try:
         for g in wanted:
             one = run_audit(candidate, spec, gates=[g], device=device, timeout=timeout, sandbox=sandbox)
             results.extend(one.gates)
+            isolation = one.isolation or isolation
             if any((r.error or "").startswith("timed out") for r in one.gates):
                 break
     finally:
@@ -189,7 +194,7 @@ def audit_until_timeout(candidate: Any, spec: Any, gates: list[str] | None, devi
             sandbox.close()
     verdict = Verdict(task=spec.name, candidate=str(candidate), seconds=time.perf_counter() - start,
                       verdict="accept" if all(r.passed for r in results) and len(results) == len(wanted)
-                      else "reject", gates=results)
+                      else "reject", gates=results, isolation=isolation)
     verdict.feedback = render(verdict, spec, device or default_device())
     return verdict
 

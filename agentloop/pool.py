@@ -219,6 +219,14 @@ class WorkerPool:
             raise RuntimeError(f"a worker could not start: {failed[0].error if failed[0] else 'no answer'}")
         return [r.value for r in results]
 
+    def isolation(self) -> dict:
+        """The cage the candidates run in, as one worker's runner reports it
+        (`gates.remote.runner_isolation`); empty if it could not say."""
+        with self._worker(None) as worker:
+            _start(worker)
+            said = worker.sandbox.run(Job("gates.remote:runner_isolation", {}), timeout=120)
+        return said.value if said.ok and isinstance(said.value, dict) else {}
+
     def close(self) -> None:
         """Stop every worker, after the stages running now have finished. Callers still waiting
         for a worker get RuntimeError."""

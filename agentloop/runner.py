@@ -89,6 +89,24 @@ class RunOutcome:
     """Lines the providers have to say on the run (where a replay diverged from its record)."""
 
 
+def _say_isolation(pool: Any, console: Console, taken: dict) -> None:
+    """Print the cage the candidates run in (network and file namespaces or the audit hook's
+    blocks, uid, limits, arena) once a worker can say, without holding up the first loops;
+    it goes into the run's provenance too."""
+    from gates.remote import describe_isolation
+
+    def say() -> None:
+        try:
+            iso = pool.isolation()
+        except RuntimeError:  # the pool closed first (a stopped run)
+            return
+        taken["isolation"] = iso  # the key exists already: the dict does not grow meanwhile
+        console.print(f"candidates run caged: {describe_isolation(iso)}", highlight=False)
+
+    taken["isolation"] = None
+    threading.Thread(target=say, daemon=True, name="isolation").start()
+
+
 class StopRequested(BaseException):
     """Raised in the main thread to stop a run early: a signal's name, or "idle"."""
 
@@ -437,10 +455,13 @@ def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
                 pool = pool_factory(campaign.device, campaign.workers)
                 if hasattr(pool, "describe"):
                     taken["evaluation"] = pool.describe()
+                console = console or Console()
+                if hasattr(pool, "isolation"):
+                    _say_isolation(pool, console, taken)
                 evaluator = CachedEvaluator(pool, store, campaign.eval_settings())
                 run = LoopRunner(campaign, tasks, providers, evaluator, store, build_graph(saver), out)
                 try:
-                    with LoopProgress(console or Console(), len(loops), len(loops) - len(todo)) as progress:
+                    with LoopProgress(console, len(loops), len(loops) - len(todo)) as progress:
                         run.run_all(todo, progress, until_idle=until_idle)
                 except StopRequested:
                     freeze(store, saver, pool, run)  # before close(), which would wait for the stages

@@ -109,7 +109,7 @@ def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str]
     own = None
     if sandbox is None and any(g in JOBS for g in wanted):
         own = sandbox = Sandbox(device)  # starts booting while the static gate runs
-    results = []
+    results, isolation = [], None
     try:
         for gate in (g for g in GATES if g in wanted):
             if gate == "static":
@@ -126,11 +126,15 @@ def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str]
             error = results[-1].error or ""
             if library and error.startswith(IMPORT_FAILED):  # the input is unusable, not rejected
                 raise CandidateError(f"--entry {library.spec}: {error}")
+        if sandbox is not None and any(g in JOBS for g in wanted):
+            said = sandbox.run(Job("gates.remote:runner_isolation", {}), 60)
+            isolation = said.value if said.ok and isinstance(said.value, dict) else None
     finally:
         if own:
             own.close()
     verdict = Verdict(task=task.name, candidate=str(candidate), seconds=time.perf_counter() - start,
-                      verdict="accept" if all(r.passed for r in results) else "reject", gates=results)
+                      verdict="accept" if all(r.passed for r in results) else "reject", gates=results,
+                      isolation=isolation)
     verdict.feedback = render(verdict, task, device)
     return verdict
 
@@ -148,4 +152,6 @@ def verdict_json(verdict: Verdict) -> dict[str, Any]:
         gates.append(entry)
     out = {"task": verdict.task, "candidate": verdict.candidate, "verdict": verdict.verdict,
            "seconds": round(verdict.seconds, 3), "gates": gates}
+    if verdict.isolation is not None:
+        out["isolation"] = verdict.isolation
     return json.loads(redact(json.dumps(out)))  # a key the candidate found never leaves in a report

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -53,3 +53,5 @@ class Verdict(BaseModel):
     gates: list[GateResult]
     feedback: str = Field(default="", exclude=True)
     """The rejection rendered for an LLM; not part of the JSON shape of SPEC.md §3."""
+    isolation: dict[str, Any] | None = None
+    """The cage the candidate ran in (`gates.remote.runner_isolation`); None when no gate ran it."""

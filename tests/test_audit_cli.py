@@ -27,8 +27,13 @@ def test_accepted_candidate_json_shape_and_exit_0():
     result = run(FIXTURES / "rows.py", "--task", "rms_norm", "--device", "cpu", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert set(data) == {"task", "candidate", "verdict", "seconds", "gates"}
+    assert set(data) == {"task", "candidate", "verdict", "seconds", "gates", "isolation"}
     assert data["task"] == "rms_norm" and data["candidate"] == str(FIXTURES / "rows.py")
+    # Which layers of the cage were active (the kernel may refuse namespaces: then the audit
+    # hook's blocks), as the runner said before the candidate loaded.
+    iso = data["isolation"]
+    assert iso["network"] in ("namespace", "audit-hook") and iso["files"] in ("namespace", "audit-hook")
+    assert iso["arena"] == "host" and iso["limits"]["RLIMIT_NPROC"] == 512
     assert data["verdict"] == "accept" and isinstance(data["seconds"], float)
     assert [g["gate"] for g in data["gates"]] == ["static", "dynamic", "correctness"]
     for g in data["gates"]:
@@ -55,6 +60,7 @@ def test_repeated_gate_option_and_human_output():
     assert result.exit_code == 1
     assert "static" in result.output and "correctness" in result.output and "dynamic" not in result.output
     assert "[CR005]" in result.output and "reject" in result.output
+    assert "caged: network " in result.output and "arena host" in result.output
 
 
 def test_hang_is_rejected_as_timed_out():

@@ -76,6 +76,8 @@ def test_the_recorded_h200_campaign_replays_on_the_cpu(tmp_path):
     result = CliRunner().invoke(app, ["run", str(path), "--model", f"replay:{RECORDED}", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "2 of 2 loops run" in result.output
+    # Which cage the candidates ran in is said once, and kept with the run's provenance.
+    assert result.output.count("candidates run caged: network ") == 1
     summary = json.loads((out / "summary.json").read_text())
     assert [c["llm_calls"] for c in summary["cells"]] == [2, 2]
     # Every answer is the one recorded for that (mode, task, turn), whatever the prompt said.
