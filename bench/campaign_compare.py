@@ -12,12 +12,15 @@ own, less its own stages).
         >> docs/lab/gpu/boundary/campaign_time_stages.csv
     python3 bench/campaign_compare.py compare docs/lab/gpu/boundary/campaign_time_stages.csv \\
         old_c127915_s8 full_70a2250
+    python3 bench/campaign_compare.py verdicts OLD.sqlite NEW.sqlite   # verdicts that differ
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
+import os
 import sqlite3
 import statistics
 import sys
@@ -105,6 +108,47 @@ def compare(path: str, before: str, after: str) -> None:
                   f"{len(waits)})")
 
 
+def _verdicts(database: str) -> dict[tuple[str, str, str], list[tuple[bool, str]]]:
+    """(task, kernel, gate) -> every (passed, why) the run recorded for it; `why` begins with
+    "memory: " where the error or a finding names running out of memory."""
+    db = sqlite3.connect(database)
+    found: dict[tuple[str, str, str], list[tuple[bool, str]]] = defaultdict(list)
+    for task, digest, gate, passed, findings, error in db.execute(
+            "SELECT c.task, c.hash, g.gate, g.passed, g.findings, g.error FROM gate_results g JOIN "
+            "candidates c ON c.id = g.candidate_id WHERE g.gate IN ('compile', 'dynamic', 'correctness')"):
+        errors = [f for f in json.loads(findings or "[]") if f.get("severity") == "error"]
+        why = (error or "").split(";")[0][:90] or ", ".join(sorted({f.get("rule", "?") for f in errors}))
+        said = " ".join([error or "", *(f.get("message", "") for f in errors)])
+        if "OutOfMemoryError" in said or "out of memory" in said:
+            why = f"memory: {why}"
+        found[(task, digest[:12], gate)].append((bool(passed), why))
+    return found
+
+
+def verdicts(databases: list[str]) -> None:
+    """The kernel-gates whose verdicts differ between runs of the same code (same kernel hash),
+    with why each failing run failed; then each run's failures that name running out of memory."""
+    runs = {path: _verdicts(path) for path in databases}
+    keys = sorted(set().union(*runs.values()))
+    print("| task | kernel | gate | " + " | ".join(os.path.basename(p) for p in databases) + " |")
+    print("| --- | --- | --- |" + " --- |" * len(databases))
+    differ = 0
+    for key in keys:
+        seen = [runs[p].get(key) for p in databases]
+        outcomes = {passed for got in seen if got for passed, _ in got}
+        if len(outcomes) < 2:
+            continue
+        differ += 1
+        cells = ["-" if not got else "; ".join("pass" if ok else f"FAIL ({why})" for ok, why in got[:2])
+                 for got in seen]
+        print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
+    print(f"\n{differ} of {len(keys)} kernel-gates had different verdicts")
+    for path in databases:
+        memory = sum(1 for got in runs[path].values() for ok, why in got
+                     if not ok and why.startswith("memory: "))
+        print(f"{path}: {memory} failures for memory")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -115,9 +159,13 @@ def main() -> None:
     c.add_argument("csv")
     c.add_argument("before")
     c.add_argument("after")
+    v = sub.add_parser("verdicts", help="kernel-gates whose verdicts differ between runs' databases")
+    v.add_argument("databases", nargs="+")
     args = parser.parse_args()
     if args.command == "rows":
         rows(args.run, args.database)
+    elif args.command == "verdicts":
+        verdicts(args.databases)
     else:
         compare(args.csv, args.before, args.after)
 
