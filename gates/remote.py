@@ -96,6 +96,10 @@ class CandidateFailure(Exception):
         self.rule = rule
 
 
+_RAN_OUT = "ran out of memory"
+"""Why a runner was stopped after its driver reported running out of memory (no finding)."""
+
+
 def _failure(runner: Runner, message: str, rule: str | None = None) -> CandidateFailure:
     """A failure whose rule also becomes one of the runner's findings (so the gate's result
     names it even where the gate turns the exception into an error line)."""
@@ -344,9 +348,9 @@ class Runner:
     def log_tail(self) -> str:
         return b"".join(self._tail)[-LOG_TAIL:].decode(errors="replace")
 
-    def _stop_for(self, why: str, rule: str) -> None:
+    def _stop_for(self, why: str, rule: str | None) -> None:
         self._stopped_for = why
-        if why != "ran past the job's time-out":  # a time-out is the stage's error, not a finding
+        if rule and why != "ran past the job's time-out":  # a time-out is the stage's error
             self.findings.append(sandbox_finding(rule, f"the runner was stopped: it {why}"))
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -387,7 +391,8 @@ class Runner:
         except subprocess.TimeoutExpired:
             code = None
         if self._stopped_for:
-            return _failure(self, f"the runner was stopped: it {self._stopped_for}", "SB006")
+            rule = None if self._stopped_for == _RAN_OUT else "SB006"
+            return _failure(self, f"the runner was stopped: it {self._stopped_for}", rule)
         how = describe_exit(code)
         lines = re.findall(r'File "[^"]*candidate\.py", line (\d+)', self.log_tail())
         rule = "SB006" if code is not None and -code in (signal.SIGXCPU, signal.SIGXFSZ) else None
@@ -403,14 +408,20 @@ class Runner:
             raise self._death("closed") from None
         reply = self._wait()
         if reply.get("op") == "failed" and str(reply.get("error")).startswith("out of memory"):
-            # The driver's own copies found the device full, and it waits for the next request:
-            # the call failed, and the stage is retried (agentloop.pool) rather than blamed.
-            raise CandidateRaised(str(reply["error"])[:500])
+            raise self._out_of_memory(str(reply["error"]))
         if reply.get("op") != expect:
             self._stop_for("sent a message the judge did not ask for", "SB007")
             raise _failure(self, f"the runner answered {str(reply.get('op'))[:40]!r} to a "
                                    f"{header['op']!r} request", "SB007")
         return reply
+
+    def _out_of_memory(self, said: str) -> CandidateFailure:
+        """The driver's own copies found the memory full: the call failed, nobody's fault, and
+        the stage is retried (agentloop.pool). The runner is stopped all the same (no finding):
+        its process is the candidate's, and a runner kept after a reply it may have forged could
+        answer the next request with a stale one."""
+        self._stop_for(_RAN_OUT, None)
+        return CandidateFailure(said[:500])
 
     def _grow(self, size: int) -> None:
         try:
@@ -546,6 +557,8 @@ class Runner:
         return specs, offset
 
     def _receive_outputs(self, reply: dict, start: int) -> tuple[tuple, dict]:
+        if str(reply.get("error")).startswith("out of memory"):  # the driver's, not the candidate's
+            raise self._out_of_memory(str(reply["error"]))
         if reply.get("error") is not None:
             raise CandidateRaised(str(reply["error"])[:500])
         headers = reply.get("outs")
@@ -564,7 +577,7 @@ class Runner:
         self._grow(offset)
         placed = self._request({"op": "place", "offsets": offsets}, "placed")
         if placed.get("error") is not None:  # the runner ran out of memory placing them
-            raise CandidateRaised(str(placed["error"])[:500])
+            raise self._out_of_memory(str(placed["error"]))
         outs = []
         for h, spec, off in zip(headers, specs, offsets, strict=True):
             if spec is None:

@@ -114,10 +114,11 @@ def test_a_parked_runner_lets_go_of_its_last_stage_s_memory():
 
 
 def test_a_runner_out_of_memory_in_its_own_copies_answers_in_the_protocol():
-    """The driver's own copies running out of memory fail the call, and the runner goes on:
-    it is not a broken protocol (SB007) and nothing to blame the candidate for; the pool runs
-    such a stage again (agentloop.pool)."""
-    from gates.remote import CandidateRaised
+    """The driver's own copies running out of memory fail the call in the protocol's terms: not
+    a broken protocol (SB007), and nothing to blame the candidate for; the pool runs such a stage
+    again (agentloop.pool). The runner is stopped all the same, and the candidate's next stage
+    gets a fresh one."""
+    from gates.remote import CandidateFailure
 
     # On its second call the candidate lowers its address-space limit: the driver's copy of
     # the next new input (256 MB) no longer fits (the arena had grown in the first call).
@@ -136,9 +137,13 @@ def test_a_runner_out_of_memory_in_its_own_copies_answers_in_the_protocol():
         first = torch.ones(1 << 26)
         runner.call([first, torch.ones(4), 1e-6])
         runner.call([first, torch.ones(4), 1e-6])
-        with pytest.raises(CandidateRaised, match="out of memory"):
+        with pytest.raises(CandidateFailure, match="out of memory: the runner could not hold"):
             runner.call([torch.zeros(1 << 26), torch.ones(4), 1e-6])
-        assert runner.alive and runner.take_findings() == []
-        assert torch.equal(runner.call([first, torch.ones(4), 1e-6]).outs[0], first[:4])  # still serves
+        with pytest.raises(CandidateFailure, match="the runner was stopped: it ran out of memory"):
+            runner.call([first, torch.ones(4), 1e-6])
+        assert not runner.alive and runner.take_findings() == []
+        again, _ = runners.for_code(code, "rms_norm", "cpu", reference_dirs(RMS))
+        assert again is not runner
+        assert torch.equal(again.call([first, torch.ones(4), 1e-6]).outs[0], first[:4])
     finally:
         runners.close()
