@@ -161,6 +161,14 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
+def _ignores_sigterm(pid: int) -> bool:
+    """Whether the process ignores SIGTERM (none of agentloop's does: a candidate made it so)."""
+    for line in _read(f"/proc/{pid}/status", 1 << 16).splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
 # Markers -----------------------------------------------------------------------------------
 def marker_dirs() -> list[Path]:
     dirs = [Path("/tmp"), Path(tempfile.gettempdir()), Path("/root"), Path.home(), REPO, HERE.parents[1]]
@@ -316,8 +324,10 @@ def run_candidate(name: str, spec: dict, env: dict[str, str], keys: list[str]) -
                         run.seen_cmd[p.pid] = _read(f"/proc/{p.pid}/cmdline", 300)
                 run.peak_rss_kb = max(run.peak_rss_kb, _rss_kb(proc.pid))
                 if spec["kill_after"] and not term_sent:  # SIGTERM once the candidate is running
-                    tags = {_read(f"/proc/{p.pid}/comm") for p in _descendants(proc.pid, procs)}
-                    if comm_tag(name) in tags or elapsed > spec["kill_after"]:
+                    below = _descendants(proc.pid, procs)
+                    tags = {_read(f"/proc/{p.pid}/comm") for p in below}
+                    if comm_tag(name) in tags or any(_ignores_sigterm(p.pid) for p in below) \
+                            or elapsed > spec["kill_after"]:
                         proc.send_signal(signal.SIGTERM)
                         run.killed, term_sent = True, elapsed
                 if (term_sent and elapsed > term_sent + 10) or elapsed > spec["harness_timeout"]:

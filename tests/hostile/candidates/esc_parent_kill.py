@@ -4,7 +4,8 @@ Tries: at import, ignores SIGTERM / SIGHUP / SIGINT, clears any parent-death sig
 ctypes) and replaces os.getppid with a function that always returns the original parent, so a
 watchdog thread polling getppid never notices its parent died; then each call renames its
 process hst-esc_parent_k (/proc/self/comm: the test's cue) and sleeps up to 40 s (in 0.1 s steps)
-before answering right. The test sends SIGTERM to the audit once it sees that name (or after 30 s).
+before answering right. The test sends SIGTERM to the audit once it sees that name or a process
+that ignores SIGTERM (the import ran; the cage refuses the rename), or after 30 s.
 Gates must report: nothing (the audit is killed); the worker must not outlive it (5 s grace).
 """
 
