@@ -100,18 +100,15 @@ def ping() -> int:
 
 
 def release_runners() -> None:
-    """Stop this judge's runners and give its cached device memory back: before a stage that
-    ran out of device memory runs again (agentloop.pool)."""
+    """Stop this judge's runners, before a stage that ran out of device memory runs again
+    (agentloop.pool); the judge's cached device memory goes back after every job anyway
+    (gates.sandbox)."""
     import gc
-
-    import torch
 
     from gates.remote import RUNNERS
 
     RUNNERS.close()
-    gc.collect()
-    if torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
+    gc.collect()  # so that cycles are gone before the cache is emptied
 
 
 def runner_state() -> dict:

@@ -871,7 +871,8 @@ def runner_isolation() -> dict[str, Any]:
     """Which layers of the cage this judge's runners have, as a runner reported them when it
     booted (before any candidate), and which arena they get: a sandbox job, for the audit's
     verdict and the run's first lines. Empty when no runner has booted."""
-    RUNNERS.wait_spare()
+    if RUNNERS.current is None:
+        RUNNERS.wait_spare()
     runner = RUNNERS.current or next(iter(RUNNERS.spares), None)
     if runner is None:
         return {}
@@ -901,9 +902,10 @@ def describe_isolation(iso: dict[str, Any]) -> str:
         names = {str(k): str(k).removeprefix("RLIMIT_")[:8] for k in limits}
         shown = [f"{names[str(k)]} {_amount(names[str(k)], v)}" for k, v in list(limits.items())[:10]]
         parts.append("limits " + ", ".join(shown))
-    parts.append(f"arena {text('arena')}" if "arena" in iso else "")
+    if "arena" in iso:
+        parts.append(f"arena {text('arena')}")
     notes = iso.get("notes")
-    line = ", ".join(p for p in parts if p)
+    line = ", ".join(parts)
     if isinstance(notes, list) and notes:
         line += "; " + "; ".join(str(n)[:100] for n in notes[:3])
     return line
