@@ -13,6 +13,7 @@ own, less its own stages).
     python3 bench/campaign_compare.py compare docs/lab/gpu/boundary/campaign_time_stages.csv \\
         old_c127915_s8 full_70a2250
     python3 bench/campaign_compare.py verdicts OLD.sqlite NEW.sqlite   # verdicts that differ
+    python3 bench/campaign_compare.py labels NEW.sqlite   # the corpus files it judged vs their labels
 """
 
 from __future__ import annotations
@@ -149,6 +150,57 @@ def verdicts(databases: list[str]) -> None:
         print(f"{path}: {memory} failures for memory")
 
 
+def _corpus() -> dict[tuple[str, str], tuple[str, str]]:
+    """(task, code with trailing blanks stripped) -> (file, measured GPU label) over every
+    task's corpus."""
+    from gates.contract import load_task, tasks_dir
+    from gates.corpus import load_manifest
+
+    found = {}
+    for spec in sorted(tasks_dir().glob("*.yaml")):
+        task = load_task(spec)
+        if not task.candidates_dir.is_dir():
+            continue
+        for entry in load_manifest(task).candidates:
+            code = _plain((task.candidates_dir / entry.file).read_text())
+            found[(task.name, code)] = (entry.file, entry.measured_gpu_label)
+    return found
+
+
+def _plain(code: str) -> str:
+    return "\n".join(line.rstrip() for line in code.strip().splitlines())
+
+
+def labels(databases: list[str]) -> None:
+    """Each run's verdicts on the corpus files it judged (matched by code) against their
+    measured GPU labels: an invariant file must pass the dynamic and correctness gates, a
+    variant one fail the static or dynamic gate, a broken one fail a gate that runs it."""
+    corpus = _corpus()
+    wanted = {"invariant": lambda failed, ran: not failed and {"dynamic", "correctness"} <= ran,
+              "variant": lambda failed, ran: bool(failed & {"static", "dynamic"}),
+              "broken": lambda failed, ran: bool(failed - {"static"})}
+    for path in databases:
+        got: dict[tuple[str, str], dict[str, set[bool]]] = defaultdict(lambda: defaultdict(set))
+        for task, code, gate, passed in sqlite3.connect(path).execute(
+                "SELECT c.task, c.code, g.gate, g.passed FROM gate_results g JOIN candidates c "
+                "ON c.id = g.candidate_id WHERE c.code IS NOT NULL AND "
+                "g.gate IN ('compile', 'static', 'dynamic', 'correctness')"):
+            key = (task, _plain(code))
+            if key in corpus:
+                got[key][gate].add(bool(passed))
+        agree = 0
+        for key, gates in sorted(got.items()):
+            name, label = corpus[key]
+            failed = {gate for gate, seen in gates.items() if False in seen}
+            if wanted[label](failed, set(gates)):
+                agree += 1
+                continue
+            judged = (f"failed {', '.join(sorted(failed))}" if failed else
+                      "passed " + ", ".join(sorted(gates)))
+            print(f"  {key[0]}/{name}: labelled {label}, {judged}")
+        print(f"{path}: {agree} of {len(got)} corpus files judged as labelled on the GPU")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -161,9 +213,13 @@ def main() -> None:
     c.add_argument("after")
     v = sub.add_parser("verdicts", help="kernel-gates whose verdicts differ between runs' databases")
     v.add_argument("databases", nargs="+")
+    lab = sub.add_parser("labels", help="corpus files a run judged, against their GPU labels")
+    lab.add_argument("databases", nargs="+")
     args = parser.parse_args()
     if args.command == "rows":
         rows(args.run, args.database)
+    elif args.command == "labels":
+        labels(args.databases)
     elif args.command == "verdicts":
         verdicts(args.databases)
     else:
