@@ -101,6 +101,9 @@ def test_ray_campaign_matches_the_local_pool_and_survives_a_killed_actor(tmp_pat
     assert not ray.is_initialized()  # the pool started this Ray instance, and stopped it
     line = json.loads((tmp_path / "run" / "provenance.jsonl").read_text().splitlines()[-1])
     assert line["evaluation"].startswith("ray local: ")
+    # The actors' runners said which cage they are in, as the local pool's do.
+    cage = line["isolation"]
+    assert cage["network"] and cage["files"] and cage["arena"] == "host"
 
 
 def _free_port() -> int:
@@ -272,3 +275,46 @@ def test_a_replacement_killed_by_close_is_not_reported_as_failing_to_start():
         else:  # a real failure to start is still reported
             assert problem.startswith("an actor could not start: ActorDiedError")
         assert not actor.alive and actor not in pool._starting
+
+
+def test_the_cage_is_the_first_actors_with_a_note_for_each_actor_that_differs():
+    """RayPool.isolation asks every actor; one that cannot answer is left out, one whose cage
+    differs (another node's kernel, another memory limit) gets a note the run prints."""
+    import threading
+
+    from agentloop.cluster.ray_pool import RayPool, _Actor
+    from gates.remote import describe_isolation
+
+    caged = {"network": "namespace", "files": "namespace", "uid": 1001, "limits": {"NPROC": 512},
+             "arena": "host"}
+    blocked = {**caged, "network": "socket block (the kernel refused a network namespace)", "uid": 1002}
+
+    class Handle:
+        def __init__(self, answer):
+            self.isolation = type("Method", (), {"remote": staticmethod(lambda: answer)})
+
+    class Ray:
+        def get(self, answer, timeout=None):
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    def pool_of(*answers):
+        pool = object.__new__(RayPool)  # only what isolation() reads: no cluster is needed
+        pool.ray, pool._cond, pool._closed, pool.start_timeout = Ray(), threading.Condition(), False, 1.0
+        pool._actors = [_Actor(handle=Handle(a), info={"pid": 10 + i, "host": f"node{i}"})
+                        for i, a in enumerate(answers)]
+        return pool
+
+    assert pool_of(caged, {**caged, "uid": 1005}).isolation() == caged  # the same cage, another uid
+    lost = RuntimeError("RayActorError: the actor died")
+    assert pool_of(lost, blocked).isolation() == blocked  # the first actor was lost meanwhile
+    assert pool_of(lost).isolation() == {}
+    mixed = pool_of(caged, lost, blocked).isolation()
+    assert mixed["network"] == "namespace"
+    assert mixed["notes"] == [f"actor 12 on node2: {describe_isolation(blocked)}"]
+    assert "network socket block" in describe_isolation(mixed)
+    pool = pool_of(caged)
+    pool._closed = True
+    with pytest.raises(RuntimeError):  # what the run's isolation thread expects of a closed pool
+        pool.isolation()

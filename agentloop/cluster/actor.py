@@ -75,6 +75,10 @@ class EvaluationActor:
                 "device": self.device, "device_name": device_name(self.device),
                 "code_version": evaluation_code_version()}
 
+    def isolation(self) -> dict[str, Any]:
+        """The cage this node's runners put candidates in (`WorkerPool.isolation`)."""
+        return self.pool.isolation()
+
     def evaluate_stage(self, code: str, task_name: str, digest: str, stage: str,
                        settings: dict[str, Any]) -> dict[str, Any]:
         """One stage of one candidate through the actor's worker pool; the outcome as JSON data.

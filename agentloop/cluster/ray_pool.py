@@ -408,6 +408,33 @@ class RayPool:
             return "lost with its node" if "node" in text and "dead" in text else "died"
         return None
 
+    def isolation(self) -> dict[str, Any]:
+        """The cage candidates run in, as each actor's runners report it: the first actor's,
+        with a note for every actor whose cage differs (a node whose kernel refuses namespaces,
+        or with another memory limit); empty if no actor could say."""
+        from gates.remote import describe_isolation
+
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the pool is closed")
+            actors = list(self._actors)
+        asked = [(actor, actor.handle.isolation.remote()) for actor in actors]
+        found = []
+        for actor, ref in asked:
+            try:
+                found.append((actor, self.ray.get(ref, timeout=self.start_timeout + ANSWER_MARGIN_S)))
+            except Exception:  # noqa: BLE001 - a lost or stopped actor says nothing
+                continue
+        if not found:
+            return {}
+        layers = lambda iso: {k: iso.get(k) for k in ("network", "files", "limits", "arena")}  # noqa: E731
+        first = dict(found[0][1])
+        differ = [f"{actor.name}: {describe_isolation(iso)}"
+                  for actor, iso in found[1:] if layers(iso) != layers(first)]
+        if differ:
+            first["notes"] = [*first.get("notes", []), *differ]
+        return first
+
     def busy(self) -> list[dict[str, Any]]:
         """The stages running now: actor pid, node, host, candidate hash, stage."""
         return [{"pid": a.info.get("pid"), "node": a.info.get("node"), "host": a.info.get("host"),
