@@ -173,8 +173,9 @@ def _plain(code: str) -> str:
 
 def labels(databases: list[str]) -> None:
     """Each run's verdicts on the corpus files it judged (matched by code) against their
-    measured GPU labels: an invariant file must pass the dynamic and correctness gates, a
-    variant one fail the static or dynamic gate, a broken one fail a gate that runs it."""
+    measured GPU labels: an invariant file must pass every gate it met (the static gate too),
+    the dynamic and correctness gates among them; a variant one fail the static or dynamic
+    gate; a broken one fail a gate that runs it."""
     corpus = _corpus()
     wanted = {"invariant": lambda failed, ran: not failed and {"dynamic", "correctness"} <= ran,
               "variant": lambda failed, ran: bool(failed & {"static", "dynamic"}),
