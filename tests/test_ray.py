@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,6 +40,17 @@ CAMPAIGN = {"name": "ray", "tasks": ["rms_norm"], "styles": ["refine"], "modes":
             "model": "replay", "budget": {"iterations": 1}, "device": "cpu", "seed": 0,
             "eval": {"stage_timeout_s": {"compile": 60, "dynamic": 120, "correctness": 120,
                                          "benchmark": 120}}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ray_tmp():
+    """Ray's sessions (logs, sockets, spilled objects) in a folder of this module's, removed at its
+    end instead of piling up in /tmp/ray; a short path, as Ray's socket paths must be."""
+    path = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    RAY_ENV["RAY_TMPDIR"] = path
+    yield path
+    del RAY_ENV["RAY_TMPDIR"]
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -151,7 +164,8 @@ def nodes(tmp_path):
     finally:
         for proc in [*nodes.values(), head]:
             _kill_group(proc)
-        current = Path("/tmp/ray/ray_current_cluster")  # `ray start` recorded the head: forget it
+        # `ray start` recorded the head: forget it
+        current = Path(RAY_ENV["RAY_TMPDIR"]) / "ray" / "ray_current_cluster"
         if current.is_file() and current.read_text().strip().endswith(f":{port}"):
             current.unlink()
 
