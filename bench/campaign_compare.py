@@ -153,12 +153,11 @@ def verdicts(databases: list[str]) -> None:
 def _corpus() -> dict[tuple[str, str], tuple[str, str]]:
     """(task, code with trailing blanks stripped) -> (file, measured GPU label) over every
     task's corpus."""
-    from gates.contract import load_task, tasks_dir
+    from gates.contract import load_suite
     from gates.corpus import load_manifest
 
     found = {}
-    for spec in sorted(tasks_dir().glob("*.yaml")):
-        task = load_task(spec)
+    for task in load_suite().values():
         if not task.candidates_dir.is_dir():
             continue
         for entry in load_manifest(task).candidates:
