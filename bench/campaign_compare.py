@@ -216,6 +216,9 @@ def main() -> None:
     lab = sub.add_parser("labels", help="corpus files a run judged, against their GPU labels")
     lab.add_argument("databases", nargs="+")
     args = parser.parse_args()
+    for path in getattr(args, "databases", None) or [getattr(args, "database", None) or args.csv]:
+        if not os.path.isfile(path):  # sqlite3 would make an empty database of it
+            parser.error(f"{path}: no such file")
     if args.command == "rows":
         rows(args.run, args.database)
     elif args.command == "labels":

@@ -62,3 +62,12 @@ def test_verdicts_lists_what_changed_and_counts_failures_for_memory(tmp_path):
     assert "1 of 1 kernel-gates had different verdicts" in out
     assert "FAIL (memory: OutOfMemoryError: CUDA out of memory)" in out
     assert f"{before}: 0 failures for memory" in out and f"{after}: 1 failures for memory" in out
+
+
+def test_a_missing_database_is_one_line_and_creates_nothing(tmp_path):
+    missing = tmp_path / "nowhere.sqlite"
+    script = str(ROOT / "bench" / "campaign_compare.py")
+    done = subprocess.run([sys.executable, script, "labels", str(missing)], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and f"{missing}: no such file" in done.stderr.splitlines()[-1]
+    assert not missing.exists()
