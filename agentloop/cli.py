@@ -158,7 +158,7 @@ def audit(
         if verdict.verdict == "reject" or "Warnings" in verdict.feedback:
             console.print(verdict.feedback, highlight=False, markup=False, soft_wrap=True)
         if verdict.isolation is not None:
-            from gates.remote import describe_isolation
+            from gates.judge.remote import describe_isolation
 
             console.print(f"[dim]caged: {describe_isolation(verdict.isolation)}[/]", highlight=False)
         colour = "green" if verdict.verdict == "accept" else "bold red"
@@ -175,7 +175,7 @@ def audit_until_timeout(candidate: Any, spec: Any, gates: list[str] | None, devi
     from gates.audit import GATES, default_device
     from gates.audit import audit as run_audit
     from gates.feedback import render
-    from gates.sandbox import Sandbox
+    from gates.judge.sandbox import Sandbox
     from gates.verdict import Verdict
 
     wanted = [g for g in GATES if g in (gates or GATES)]
@@ -215,7 +215,7 @@ def _campaign_for(campaign_file: Path | None, out: Path | None, resume: bool, mo
         raw = read_mapping(campaign_file, "campaign file", ValueError)  # before torch is imported
     except ValueError as exc:
         fail_input(str(exc))
-    from agentloop.campaign import CampaignError, parse_campaign
+    from agentloop.campaign.file import CampaignError, parse_campaign
 
     try:
         campaign = parse_campaign(raw, str(campaign_file))
@@ -254,9 +254,9 @@ def run(
         fail_input(f"{out} holds no run to resume (no results.sqlite); start one without --resume")
     campaign = _campaign_for(campaign_file, out, resume, model)
     out = out or Path("runs") / campaign.name
-    from agentloop.campaign import CampaignError
+    from agentloop.campaign.file import CampaignError
+    from agentloop.campaign.run import RunStopped, run_campaign
     from agentloop.providers import ProviderError
-    from agentloop.runner import RunStopped, run_campaign
     from gates.contract import TaskError
 
     try:
@@ -295,8 +295,8 @@ def run(
 
 
 def print_reports(out: Path) -> None:
-    from agentloop.report import ReportError, write_reports
-    from agentloop.runner import summary_table
+    from agentloop.campaign.run import summary_table
+    from agentloop.results.report import ReportError, write_reports
 
     try:
         summary = write_reports(out)
@@ -331,8 +331,8 @@ def report(run_dir: Path = typer.Argument(..., metavar="DIR", help="A run direct
         fail_input(f"{run_dir} is not a directory; give a run directory (it holds results.sqlite)")
     if not (run_dir / "results.sqlite").is_file():
         fail_input(f"{run_dir} holds no results.sqlite; give the directory that `agentloop run` wrote")
-    from agentloop.report import ReportError, write_reports
-    from agentloop.runner import summary_table
+    from agentloop.campaign.run import summary_table
+    from agentloop.results.report import ReportError, write_reports
 
     try:
         summary = write_reports(run_dir)
@@ -350,8 +350,8 @@ def status(run_dir: Path = typer.Argument(..., metavar="DIR", help="A run direct
         fail_input(f"{run_dir} holds no run (no results.sqlite); give the directory `agentloop run` wrote")
     from rich.table import Table
 
-    from agentloop.campaign import CampaignError
-    from agentloop.status import run_status
+    from agentloop.campaign.file import CampaignError
+    from agentloop.campaign.status import run_status
 
     try:
         found = run_status(run_dir)

@@ -125,13 +125,13 @@ def model_section(title: str, model: type[BaseModel], intro: str, level: int = 3
 
 def files_reference() -> str:
     """docs/reference/files.md."""
-    from agentloop.campaign import Campaign
+    from agentloop.campaign.file import Campaign
+    from agentloop.campaign.status import RunStatus
     from agentloop.providers.base import HTTPOptions
     from agentloop.providers.exchange import ExchangeOptions, ExchangeRequest, ExchangeResponse
     from agentloop.providers.record import ExchangeRecord
     from agentloop.providers.replay import ReplayOptions
-    from agentloop.report import Summary
-    from agentloop.status import RunStatus
+    from agentloop.results.report import Summary
     from gates.contract import Task
     from gates.verdict import Verdict
 
@@ -152,7 +152,7 @@ def files_reference() -> str:
         model_section("`<n>.request.json`", ExchangeRequest, ""),
         model_section("`<n>.response.json`", ExchangeResponse, "Only `text` is required."),
         "## Run directory (`agentloop run --out DIR`)\n\n`results.sqlite` (every candidate, gate "
-        "result, timing, exchange and the evaluation cache; schema in `agentloop/store.py`), "
+        "result, timing, exchange and the evaluation cache; schema in `agentloop/results/store.py`), "
         "`checkpoints.sqlite` (LangGraph checkpoints), `campaign.yaml`, `kernels/<cell>/<task>.py` "
         "(each loop's final kernel), `provenance.jsonl` (one line per `agentloop run`: date, "
         "duration, commit, versions, device), `report.md`, `report.html`, plots, and:\n",

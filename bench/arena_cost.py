@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gates import remote  # noqa: E402
 from gates.contract import get_task  # noqa: E402
 from gates.corpus import load_manifest  # noqa: E402
 from gates.correctness import correctness_job  # noqa: E402
 from gates.dynamic import dynamic_job  # noqa: E402
+from gates.judge import remote  # noqa: E402
 
 GATES = {"dynamic": dynamic_job, "correctness": correctness_job}
 

@@ -13,7 +13,7 @@ Per task, in this process (corpus kernels and baselines are ours, not untrusted 
      has one), each checked against the reference at every shape before it is timed;
   3. at each shape (the task's bench shapes plus a T=8 decode shape where they have none; on a
      CPU capped as the benchmark caps them), reference, kernels and baselines timed interleaved
-     with the benchmark's timer (`agentloop.timer.time_interleaved`) on the same inputs.
+     with the benchmark's timer (`agentloop.evaluation.timer.time_interleaved`) on the same inputs.
 The tax at a shape = best invariant kernel's median / fastest baseline's median (1.25: the
 invariant kernel takes 25 % longer than what the engine would run; below 1 it is faster). Shapes
 fall in three regimes by batch size: decode (1..8), mid, prefill (>= 2048).
@@ -51,7 +51,7 @@ def regime(batch: int) -> str:
 def tax_shapes(task, device: str) -> list[dict[str, int]]:
     """The task's bench shapes, plus a decode shape of 8 rows where none has 2..8 rows (the
     smallest shape's dims otherwise); on a CPU capped as the benchmark caps them."""
-    from agentloop.benchmark import bench_dims
+    from agentloop.evaluation.benchmark import bench_dims
 
     shapes = [dict(s) for s in task.bench_shapes]
     axis = task.batch_axis
@@ -63,7 +63,7 @@ def tax_shapes(task, device: str) -> list[dict[str, int]]:
 
 
 def bench_dims_cpu(task, shapes: list[dict[str, int]]) -> list[dict[str, int]]:
-    from agentloop.benchmark import CPU_BATCH_CAP
+    from agentloop.evaluation.benchmark import CPU_BATCH_CAP
 
     out: list[dict[str, int]] = []
     for shape in shapes:
@@ -105,8 +105,8 @@ def measure_task(task, args: argparse.Namespace) -> dict:
     """One task's baselines (gated), kernels (checked) and timings at every shape."""
     from harness import invariant_candidates, load_entry
 
-    from agentloop.benchmark import clone_inputs, load_baselines, timed_baselines
-    from agentloop.timer import BenchSettings, error_line, sync, time_interleaved
+    from agentloop.evaluation.benchmark import clone_inputs, load_baselines, timed_baselines
+    from agentloop.evaluation.timer import BenchSettings, error_line, sync, time_interleaved
     from gates.correctness import compare_outputs
     from gates.reference import as_outputs, make_inputs, reference_fn
 
@@ -218,9 +218,10 @@ def render(data: dict) -> str:
              "production baseline's (the ops a serving engine runs instead: vendor GEMM, torch's fused",
              "norms, SDPA, ...; declared in each task file, `tasks/<task>/baselines.py`). 1.25× means the",
              "invariant kernel takes 25 % longer than the fastest baseline; below 1× it is faster. Medians",
-             "of the benchmark's timer (`agentloop/timer.py`, L2 flushed before every call), all functions",
-             "interleaved on the same inputs in one process. Whether a baseline is itself batch-invariant",
-             "is the dynamic gate's verdict on it (`gates.dynamic.dynamic_gate` on the device).",
+             "of the benchmark's timer (`agentloop/evaluation/timer.py`, L2 flushed before every call), all",
+             "functions interleaved on the same inputs in one process. Whether a baseline is itself",
+             "batch-invariant is the dynamic gate's verdict on it (`gates.dynamic.dynamic_gate` on the",
+             "device).",
              "Definitions: docs/benchmark.md. Made by `bench/bi_tax.py`.", "",
              f"- Device: {data['device']} ({data.get('device_name', '-')}), torch {data.get('torch', '-')}, "
              f"triton {data.get('triton', '-')}, {data.get('started', '')}, {data.get('seconds', 0):.0f} s",

@@ -29,7 +29,7 @@ from gates.audit import DEFAULT_TIMEOUT, default_device, static_result
 from gates.contract import TaskError, load_task, tasks_dir
 from gates.corpus import load_manifest, manifest_path
 from gates.dynamic import plan_size
-from gates.sandbox import Job, Sandbox
+from gates.judge.sandbox import Job, Sandbox
 
 
 def measured_label(entry, device: str) -> tuple[str, str]:

@@ -97,8 +97,8 @@ def part_overhead(args: argparse.Namespace, tasks: list) -> list[dict]:
     time the caller waited minus the time the stage's job spent on its own work in the worker
     (what remains: sending the job, finding the loaded candidate, returning the result). Medians
     of OVERHEAD_RUNS evaluations."""
-    from agentloop.evaluation import STAGES, EvalSettings
-    from agentloop.pool import WorkerPool
+    from agentloop.evaluation.pool import WorkerPool
+    from agentloop.evaluation.stages import STAGES, EvalSettings
 
     print(f"\n(1) overhead of evaluating a trivial candidate through the worker pool after warm-up "
           f"(median of {OVERHEAD_RUNS})")
@@ -161,8 +161,8 @@ def part_stability(args: argparse.Namespace, tasks: list) -> list[dict]:
     benchmark's own interleaved timing (`time_interleaved`, as `benchmark_candidate` times), at
     the smallest and largest bench shape (smallest only on CPU). Inputs are made once per shape:
     generating them does not change the timings and costs seconds at the largest shapes."""
-    from agentloop.benchmark import bench_dims, clone_inputs
-    from agentloop.timer import BenchSettings, time_interleaved
+    from agentloop.evaluation.benchmark import bench_dims, clone_inputs
+    from agentloop.evaluation.timer import BenchSettings, time_interleaved
     from gates.reference import make_inputs, reference_fn
 
     print(f"\n(2) stability: the same kernel benchmarked {args.runs} times, CV = stdev / mean of the median")
@@ -225,7 +225,7 @@ def independent_median_ms(fn: Callable, kwargs: dict, device: str, cuda_graph: b
     if device == "cuda":
         from triton.testing import do_bench
 
-        from agentloop.timer import capture_graph
+        from agentloop.evaluation.timer import capture_graph
 
         call = capture_graph(lambda: fn(**kwargs), device) if cuda_graph else (lambda: fn(**kwargs))
         return float(do_bench(call, return_mode="median"))
@@ -240,8 +240,8 @@ def part_agreement(args: argparse.Namespace, tasks: list) -> list[dict]:
     both timing the same inputs. With --cuda-graph both time a CUDA-graph replay of the call, so
     both see device time only; without it do_bench also sees the gaps where the GPU waits for the
     host, which our queue-ahead leaves out (--no-queue-ahead makes ours see them too)."""
-    from agentloop.benchmark import bench_dims, clone_inputs
-    from agentloop.timer import time_callable
+    from agentloop.evaluation.benchmark import bench_dims, clone_inputs
+    from agentloop.evaluation.timer import time_callable
     from gates.reference import make_inputs
 
     other = "do_bench" if args.device == "cuda" else "torch.utils.benchmark"

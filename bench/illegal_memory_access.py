@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("FAIL: --device cuda but torch sees no GPU; use --device cpu")
         return 1
-    from agentloop.evaluation import STAGES, EvalSettings
-    from agentloop.pool import WorkerPool
+    from agentloop.evaluation.pool import WorkerPool
+    from agentloop.evaluation.stages import STAGES, EvalSettings
     from gates.contract import get_task
 
     task = get_task("rms_norm")

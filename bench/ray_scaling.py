@@ -41,7 +41,7 @@ GPUS = (1, 2, 4, 8, 16, 32, 64)
 
 def measure(pool, device: str, repeats: int) -> dict:
     """Every stage of every kernel through `pool`, two callers at a time."""
-    from agentloop.evaluation import EvalSettings
+    from agentloop.evaluation.stages import EvalSettings
     from gates.contract import get_task
 
     task = get_task("rms_norm")
@@ -129,8 +129,8 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-    from agentloop.cluster.ray_pool import RayPool
-    from agentloop.pool import WorkerPool
+    from agentloop.evaluation.cluster.ray_pool import RayPool
+    from agentloop.evaluation.pool import WorkerPool
 
     with WorkerPool(args.device, 2) as pool:
         pool.warm_up()

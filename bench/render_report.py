@@ -62,7 +62,7 @@ def main() -> int:
                         help="rebuild the reports from results.sqlite first")
     args = parser.parse_args()
     if args.rebuild:
-        from agentloop.report import ReportError, write_reports
+        from agentloop.results.report import ReportError, write_reports
 
         try:
             write_reports(args.run_dir)

@@ -3,9 +3,9 @@ batch-invariant corpus candidate goes through compile, dynamic, correctness and 
 one-worker pool, four times:
 
   new     each stage in a fresh runner: as many other candidates' compile stages run in
-          between as the worker holds runners (agentloop.pool.HELD_RUNNERS), which evicts its
+          between as the worker holds runners (agentloop.evaluation.pool.HELD_RUNNERS), which evicts its
           parked runner; the candidate never evaluated before, so nothing of it is in the pool's
-          kernel store (gates.kernel_cache)
+          kernel store (gates.judge.kernel_cache)
   again   fresh runners again, its compiled kernels now in the store
   parked  one other candidate between its stages: its runner is parked and resumed, as with
           several loops in flight
@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agentloop.evaluation import EvalSettings  # noqa: E402
-from agentloop.pool import WorkerPool  # noqa: E402
+from agentloop.evaluation.pool import WorkerPool  # noqa: E402
+from agentloop.evaluation.stages import EvalSettings  # noqa: E402
 from gates.contract import get_task  # noqa: E402
 from gates.corpus import load_manifest  # noqa: E402
 

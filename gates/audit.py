@@ -1,8 +1,8 @@
 """The gates' public API: audit one candidate file against one task and get a Verdict.
 
 The static gate reads the source in this process; every gate that runs candidate code
-(dynamic, correctness with anti-cheat) runs in a judge worker process (`gates.sandbox`), which
-runs the candidate in a caged runner of its own (`gates.remote`).
+(dynamic, correctness with anti-cheat) runs in a judge worker process (`gates.judge.sandbox`), which
+runs the candidate in a caged runner of its own (`gates.judge.remote`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 
 from gates.candidate import CandidateError
 from gates.contract import Task
-from gates.environment import redact
 from gates.feedback import render
+from gates.judge.environment import redact
+from gates.judge.sandbox import Job, Sandbox
 from gates.library import IMPORT_FAILED, LibraryEntry
 from gates.library import static_result as library_static
-from gates.sandbox import Job, Sandbox
 from gates.verdict import Finding, GateResult, Verdict
 
 GATES = ("static", "dynamic", "correctness")
@@ -127,7 +127,7 @@ def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str]
             if library and error.startswith(IMPORT_FAILED):  # the input is unusable, not rejected
                 raise CandidateError(f"--entry {library.spec}: {error}")
         if sandbox is not None and any(g in JOBS for g in wanted):
-            said = sandbox.run(Job("gates.remote:runner_isolation", {}), 60)
+            said = sandbox.run(Job("gates.judge.remote:runner_isolation", {}), 60)
             isolation = said.value if said.ok and isinstance(said.value, dict) else None
     finally:
         if own:

@@ -15,8 +15,8 @@ import torch
 from gates.anticheat import anticheat_findings
 from gates.candidate import describe_exception
 from gates.contract import Task, Tolerance
+from gates.judge.remote import RemoteEntry, Runner, run_gate
 from gates.reference import as_outputs, make_inputs, reference_fn
-from gates.remote import RemoteEntry, Runner, run_gate
 from gates.verdict import Finding, GateResult
 
 MAX_FINDINGS = 3
@@ -191,7 +191,7 @@ def correctness_gate(fn: Callable, task: Task, device: str, *,
 
 def correctness_job(code: str, task: Task, device: str) -> GateResult:
     """The correctness gate and the anti-cheat checks as one sandbox job; the candidate runs in
-    a caged runner (`gates.remote`), the comparisons here."""
+    a caged runner (`gates.judge.remote`), the comparisons here."""
     start = time.perf_counter()
 
     def body(runner: Runner, import_changes: list[str]) -> GateResult:

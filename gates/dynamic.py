@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from gates.batching import RowPools, as_bits
 from gates.candidate import describe_exception
 from gates.contract import Task
+from gates.judge.remote import RemoteEntry, run_gate
 from gates.plan import (
     CPU_SINGLES,
     NEAR_TIE,
@@ -34,7 +35,6 @@ from gates.plan import (
     plan_elements,
 )
 from gates.reference import as_outputs, reference_fn
-from gates.remote import RemoteEntry, run_gate
 from gates.verdict import Counterexample, GateResult
 
 
@@ -123,7 +123,7 @@ def plan_size(task: Task, device: str, seed: int = 0) -> PlanSize:
 
 def dynamic_job(code: str, task: Task, device: str, seed: int = 0) -> GateResult:
     """The dynamic gate as a sandbox job: the candidate runs in a caged runner
-    (`gates.remote`), the gate here."""
+    (`gates.judge.remote`), the gate here."""
     return run_gate("dynamic", code, task, device,
                     lambda runner, _: dynamic_gate(RemoteEntry(runner), task, device, seed=seed))
 

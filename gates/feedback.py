@@ -5,7 +5,7 @@ gate results for a model."""
 from __future__ import annotations
 
 from gates.contract import Task
-from gates.environment import redact
+from gates.judge.environment import redact
 from gates.verdict import Counterexample, Finding, GateResult, Verdict
 
 # Keyed by the context kind that starts Counterexample.context (gates.plan.ContextKind).

@@ -11,15 +11,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from agentloop.benchmark import BenchmarkResult, ShapeTiming
-from agentloop.campaign import Budget, Cell
-from agentloop.context import LoopContext
-from agentloop.evaluation import EvalSettings, StageOutcome, code_hash
-from agentloop.evaluator import CachedEvaluator
+from agentloop.campaign.file import Budget, Cell
+from agentloop.evaluation.benchmark import BenchmarkResult, ShapeTiming
+from agentloop.evaluation.cache import CachedEvaluator
+from agentloop.evaluation.stages import EvalSettings, StageOutcome, code_hash
+from agentloop.evaluation.timer import Timing
+from agentloop.loop.context import LoopContext
+from agentloop.loop.styles import make_style
 from agentloop.providers import Completion, ExchangeRecorder, Message, Provider, get_provider
-from agentloop.store import Store
-from agentloop.styles import make_style
-from agentloop.timer import Timing
+from agentloop.results.store import Store
 from gates.contract import get_task
 from gates.verdict import Counterexample, Finding, GateResult
 
@@ -37,7 +37,7 @@ def marks(code: str) -> tuple[set[str], float]:
 
 
 class FakePool:
-    """Stands in for agentloop.pool.WorkerPool: each stage's outcome comes from the source's
+    """Stands in for agentloop.evaluation.pool.WorkerPool: each stage's outcome comes from the source's
     `# fake:` line; counts how often each (kernel, stage) is evaluated."""
 
     size = 2

@@ -30,7 +30,7 @@ import yaml
 from procs import children, parent
 
 if TYPE_CHECKING:
-    from agentloop.cluster.ray_pool import RayPool
+    from agentloop.evaluation.cluster.ray_pool import RayPool
 # agentloop is imported where it is used: `cpus` starts in half a second without it, not four.
 
 
@@ -41,7 +41,7 @@ class Capture:
         self.address, self.options, self.pool = address, options, None
 
     def __call__(self, device: str, workers: int | None = None) -> RayPool:
-        from agentloop.cluster.ray_pool import RayPool
+        from agentloop.evaluation.cluster.ray_pool import RayPool
 
         self.pool = RayPool(device, self.address, **self.options)
         return self.pool
@@ -88,8 +88,8 @@ def cpus(address: str, want: int) -> None:
 
 def resume(address: str, campaign: Path, out: Path, nodes: dict[str, int]) -> dict:
     """Resume the run on the cluster and lose the node of the first actor that runs a stage."""
-    from agentloop.campaign import parse_campaign
-    from agentloop.runner import run_campaign
+    from agentloop.campaign.file import parse_campaign
+    from agentloop.campaign.run import run_campaign
 
     cpus(address, len(nodes))  # the killed driver's actors are gone with it
     lost: dict = {}

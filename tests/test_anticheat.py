@@ -8,7 +8,7 @@ import pytest
 from gates.anticheat import anticheat_findings
 from gates.candidate import CandidateError
 from gates.contract import get_task
-from gates.remote import CandidateFailure, Runner, reference_dirs
+from gates.judge.remote import CandidateFailure, Runner, reference_dirs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rms_norm"
 RMS = get_task("rms_norm")

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from loop_fakes import FAKE_CORPUS, FakePool, marks
 
-from agentloop.archive import Archive, ArchiveOptions
-from agentloop.campaign import parse_campaign
-from agentloop.runner import run_campaign
-from agentloop.store import Store
+from agentloop.campaign.file import parse_campaign
+from agentloop.campaign.run import run_campaign
+from agentloop.results.archive import Archive, ArchiveOptions
+from agentloop.results.store import Store
 
 
 def campaign(name: str, **extra):

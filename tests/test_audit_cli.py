@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from agentloop.cli import app
 from gates.audit import audit
 from gates.contract import get_task
-from gates.sandbox import Sandbox
+from gates.judge.sandbox import Sandbox
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rms_norm"
 GATE_KEYS = {"gate", "passed", "seconds", "findings"}

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentloop import benchmark
-from agentloop.benchmark import benchmark_candidate, geomean, timed_baselines
-from agentloop.timer import BenchSettings
+from agentloop.evaluation import benchmark
+from agentloop.evaluation.benchmark import benchmark_candidate, geomean, timed_baselines
+from agentloop.evaluation.timer import BenchSettings
 from gates.contract import Baseline, TaskError, get_task, load_suite, load_task
 from gates.correctness import compare_outputs
 from gates.reference import as_outputs, baseline_fn, make_inputs, reference_fn
@@ -148,11 +148,11 @@ def test_a_wrong_candidate_gets_no_production_speedup():
 def test_feedback_says_where_the_kernel_stands_against_the_production_baseline(tmp_path):
     from loop_fakes import loop_context
 
-    from agentloop.benchmark import BenchmarkResult, ShapeTiming
-    from agentloop.evaluation import StageOutcome
-    from agentloop.nodes import feedback
-    from agentloop.state import Candidate, LoopState
-    from agentloop.timer import Timing
+    from agentloop.evaluation.benchmark import BenchmarkResult, ShapeTiming
+    from agentloop.evaluation.stages import StageOutcome
+    from agentloop.evaluation.timer import Timing
+    from agentloop.loop.nodes import feedback
+    from agentloop.loop.state import Candidate, LoopState
 
     def shape(t, cand, ref, base):
         return ShapeTiming(dims={"T": t, "H": 256}, candidate=Timing(median_ms=cand, n=3),
@@ -183,8 +183,8 @@ def test_feedback_says_where_the_kernel_stands_against_the_production_baseline(t
 def test_a_campaign_can_leave_the_production_baselines_out(production):
     """`eval: {production_baselines: false}` reaches the benchmark stage: only candidate and
     reference are timed (the campaign-time comparisons with runs from before baselines existed)."""
-    from agentloop import worker_jobs
-    from agentloop.campaign import parse_campaign
+    from agentloop.campaign.file import parse_campaign
+    from agentloop.evaluation import jobs as worker_jobs
 
     campaign = parse_campaign({"name": "t", "tasks": ["rms_norm"],
                                "eval": {"production_baselines": production}})

@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from agentloop import benchmark
-from agentloop.benchmark import (
+from agentloop.evaluation import benchmark
+from agentloop.evaluation.benchmark import (
     CPU_BATCH_CAP,
     BenchmarkResult,
     ShapeTiming,
@@ -16,7 +16,7 @@ from agentloop.benchmark import (
     benchmark_candidate,
     geomean,
 )
-from agentloop.timer import (
+from agentloop.evaluation.timer import (
     MAX_HEAD_START_MS,
     BenchSettings,
     Timing,

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from agentloop.campaign import CampaignError, load_campaign, parse_campaign
+from agentloop.campaign.file import CampaignError, load_campaign, parse_campaign
 from agentloop.cli import app
 from gates.contract import load_suite, tasks_dir
 
@@ -48,7 +48,7 @@ def test_eval_section_reaches_the_cache_key():
 
 def test_cache_key_changes_with_the_evaluating_code(monkeypatch):
     """A resumed run whose gates or benchmark changed since evaluates its kernels again."""
-    from agentloop import evaluation
+    from agentloop.evaluation import stages as evaluation
 
     settings = parse_campaign(GOOD).eval_settings()
     before = settings.key("h", "rms_norm")

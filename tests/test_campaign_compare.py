@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentloop.store import Store
+from agentloop.results.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATES = ROOT / "tasks" / "softmax" / "candidates"

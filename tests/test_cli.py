@@ -23,9 +23,9 @@ def _cli(*args) -> object:
 
 def _run_dir(tmp_path: Path, **campaign) -> Path:
     """A run directory as `agentloop run` leaves it before its first loop ends."""
-    from agentloop.campaign import parse_campaign
-    from agentloop.runner import campaign_dump
-    from agentloop.store import Store
+    from agentloop.campaign.file import parse_campaign
+    from agentloop.campaign.run import campaign_dump
+    from agentloop.results.store import Store
 
     out = tmp_path / "run"
     out.mkdir()
@@ -64,7 +64,7 @@ def test_resume_takes_the_runs_own_campaign(tmp_path, monkeypatch):
         seen.update(campaign=campaign, kwargs=kwargs)
         raise SystemExit(0)
 
-    monkeypatch.setattr("agentloop.runner.run_campaign", fake_run)
+    monkeypatch.setattr("agentloop.campaign.run.run_campaign", fake_run)
     _cli("run", "--resume", "--out", out)
     assert seen["campaign"].seed == 5 and seen["kwargs"]["resume"] is True
     changed = tmp_path / "changed.yaml"

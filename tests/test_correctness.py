@@ -118,7 +118,7 @@ def test_a_wrong_formula_is_not_blamed_on_tf32():
 @pytest.mark.parametrize("choice,text", [("ieee", 'float32 products must be IEEE float32, not TF32'),
                                          ("tf32", "float32 products may use TF32")])
 def test_the_prompt_states_the_tasks_tf32_choice(choice, text):
-    from agentloop.prompts import Prompts, task_brief
+    from agentloop.loop.prompts import Prompts, task_brief
 
     task = LINEAR.model_copy(update={"fp32_matmul": choice})
     brief = task_brief(task, "cuda")

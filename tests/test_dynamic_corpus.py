@@ -13,7 +13,7 @@ import pytest
 
 from gates.contract import load_suite
 from gates.corpus import load_manifest
-from gates.sandbox import Job, Sandbox
+from gates.judge.sandbox import Job, Sandbox
 
 HOST_BLAS_TASKS = {"linear"}
 """Tasks whose CPU labels depend on the host's BLAS (see the module docstring)."""

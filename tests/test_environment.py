@@ -1,7 +1,7 @@
 """What evaluation processes inherit, and secrets scrubbed from text that leaves the gates."""
 
 from gates.audit import verdict_json
-from gates.environment import judge_environ, redact, runner_environ
+from gates.judge.environment import judge_environ, redact, runner_environ
 from gates.verdict import GateResult, Verdict
 
 USER_ENV = {"PATH": "/usr/bin", "HOME": "/root", "OPENAI_API_KEY": "sk-live-123456",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentloop.extract import code_blocks, extract_code
+from agentloop.providers.extract import code_blocks, extract_code
 
 KERNEL = "import torch\n\n\ndef softmax(x):\n    return torch.softmax(x, -1)\n"
 

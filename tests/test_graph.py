@@ -9,13 +9,13 @@ from collections import Counter
 import pytest
 from loop_fakes import REAL_CORPUS, FakePool, ScriptedProvider, loop_context, marks
 
-from agentloop.campaign import Budget, parse_campaign
-from agentloop.evaluation import STAGES, code_hash
-from agentloop.graph import build_graph
-from agentloop.pool import WorkerPool
-from agentloop.runner import checkpointer, run_campaign, run_loop_graph
-from agentloop.state import LoopState
-from agentloop.store import Store
+from agentloop.campaign.file import Budget, parse_campaign
+from agentloop.campaign.run import checkpointer, run_campaign, run_loop_graph
+from agentloop.evaluation.pool import WorkerPool
+from agentloop.evaluation.stages import STAGES, code_hash
+from agentloop.loop.graph import build_graph
+from agentloop.loop.state import LoopState
+from agentloop.results.store import Store
 
 ROWS = (REAL_CORPUS / "rms_norm" / "candidates" / "rows.py").read_text()
 SPLIT = (REAL_CORPUS / "rms_norm" / "candidates" / "split_by_batch.py").read_text()

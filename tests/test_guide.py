@@ -68,9 +68,9 @@ def test_the_guides_commands_run(tmp_path):
 
 
 def test_the_style_example_proposes_a_candidate():
-    from agentloop.prompts import Prompts, task_brief
-    from agentloop.state import LoopState
-    from agentloop.styles.base import Proposing
+    from agentloop.loop.prompts import Prompts, task_brief
+    from agentloop.loop.state import LoopState
+    from agentloop.loop.styles.base import Proposing
     from gates.contract import get_task
 
     ((_, code),) = blocks("python")

@@ -17,7 +17,7 @@ def test_reference_documents_match_the_code():
 
 
 def test_every_campaign_key_is_documented():
-    from agentloop.campaign import Budget, Campaign, EvalOptions
+    from agentloop.campaign.file import Budget, Campaign, EvalOptions
 
     for model in (Campaign, Budget, EvalOptions):
         docs = field_docs(model)

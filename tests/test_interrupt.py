@@ -111,7 +111,7 @@ def test_sigterm_while_every_loop_waits_on_an_exchange_answer(tmp_path):
 def test_a_second_interrupt_exits_at_once(tmp_path):
     # The first signal raises StopRequested; whatever the process then does (here: sleep, as a
     # stop stuck on something would), a second one ends it at once.
-    script = ("import time\nfrom agentloop.runner import StopRequested, stop_on_signals\n"
+    script = ("import time\nfrom agentloop.campaign.run import StopRequested, stop_on_signals\n"
               "try:\n    with stop_on_signals(True):\n        print('ready', flush=True); time.sleep(60)\n"
               "except StopRequested:\n    print('stopping', flush=True); time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

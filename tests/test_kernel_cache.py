@@ -1,5 +1,5 @@
 """A candidate's compiled kernels outlive its runner for the next runner of the same code only
-(gates.kernel_cache): real caged runners on the CPU, the candidate writing into its Triton cache
+(gates.judge.kernel_cache): real caged runners on the CPU, the candidate writing into its Triton cache
 directory as Triton does on a GPU, and a hostile one planting links and odd names."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from gates import kernel_cache
 from gates.contract import get_task
-from gates.remote import Runner, reference_dirs
+from gates.judge import kernel_cache
+from gates.judge.remote import Runner, reference_dirs
 
 RMS = get_task("rms_norm")
 WRITES = '''

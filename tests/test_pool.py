@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from agentloop.benchmark import BenchmarkResult
-from agentloop.evaluation import STAGES, EvalSettings, StageOutcome, code_hash
-from agentloop.pool import WorkerPool, stage_outcome
+from agentloop.evaluation.benchmark import BenchmarkResult
+from agentloop.evaluation.pool import WorkerPool, stage_outcome
+from agentloop.evaluation.stages import STAGES, EvalSettings, StageOutcome, code_hash
 from gates.contract import get_task
-from gates.sandbox import Job, JobResult, WorkerLimits
+from gates.judge.sandbox import Job, JobResult, WorkerLimits
 from gates.verdict import GateResult
 
 TASK = get_task("rms_norm")
@@ -302,7 +302,7 @@ def test_a_worker_is_kept_for_the_next_stage_of_the_candidate_it_just_ran(pool, 
     """After a stage of a candidate that goes on, another caller does not take that worker in the
     gap before the candidate's next stage (its caller checkpoints, runs the static gate); once
     the grace has passed without it, the other caller does."""
-    from agentloop import pool as pool_module
+    from agentloop.evaluation import pool as pool_module
 
     monkeypatch.setattr(pool_module, "RETURN_GRACE_S", 1.5)
     first, second = pool._workers
@@ -347,7 +347,7 @@ def test_a_worker_is_kept_for_the_next_stage_of_the_candidate_it_just_ran(pool, 
 def test_a_candidate_comes_back_to_its_parked_runner(pool):
     """Another candidate's stage between two of its stages: the worker parks its runner and
     resumes it (same process), instead of loading it into a new one."""
-    from agentloop import worker_jobs
+    from agentloop.evaluation import jobs as worker_jobs
 
     pool._idle[:] = pool._idle[:1]  # one worker for the three stages
     worker = pool._idle[0]
@@ -374,7 +374,7 @@ def test_a_stage_that_found_the_device_full_runs_once_more_in_a_fresh_runner(poo
     """On a GPU a stage can fail only because the pool's judges and runners filled the device:
     its worker stops its runners and the stage runs again, once. Another failure does not, and
     a candidate out of memory both times is still rejected."""
-    from agentloop import worker_jobs
+    from agentloop.evaluation import jobs as worker_jobs
 
     def raising(error: str) -> str:
         return f"import torch\ndef rms_norm(x, weight, eps):\n    raise {error}\n"

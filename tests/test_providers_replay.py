@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentloop.extract import extract_code
 from agentloop.providers import ExchangeRecorder, Message, ProviderError, get_provider, read_exchanges
+from agentloop.providers.extract import extract_code
 
 TASKS = Path(__file__).parent / "fixtures" / "providers" / "tasks"
 CORPUS = {p.name: p.read_text() for p in (TASKS / "rms_norm" / "candidates").glob("*.py")}
@@ -123,7 +123,7 @@ def _review_request(draft: str, bi_aware: bool) -> list[Message]:
 
 
 def test_review_requests_get_a_verdict_from_the_hazards_the_draft_shows():
-    from agentloop.styles.team import review_verdict
+    from agentloop.loop.styles.team import review_verdict
 
     replay = _replay()
     atomic = replay.complete(_review_request(CORPUS["atomic_sumsq.py"], bi_aware=True), seed=0).text

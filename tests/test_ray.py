@@ -25,10 +25,10 @@ ray = pytest.importorskip("ray", reason="the Ray back-end's tests need Ray: pip 
 from procs import state  # noqa: E402
 from ray_driver import Capture, kill_when_busy  # noqa: E402
 
-from agentloop.campaign import parse_campaign  # noqa: E402
-from agentloop.pool import WorkerPool  # noqa: E402
-from agentloop.runner import run_campaign  # noqa: E402
-from agentloop.store import Store  # noqa: E402
+from agentloop.campaign.file import parse_campaign  # noqa: E402
+from agentloop.campaign.run import run_campaign  # noqa: E402
+from agentloop.evaluation.pool import WorkerPool  # noqa: E402
+from agentloop.results.store import Store  # noqa: E402
 
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            # A lost node is declared dead within seconds, not the default half minute.
@@ -241,9 +241,9 @@ def _cached(out: Path) -> bool:
 
 
 def test_ray_selection_and_errors(tmp_path, monkeypatch):
-    from agentloop.campaign import CampaignError
-    from agentloop.cluster import evaluation_pool, ray_address
-    from agentloop.cluster.ray_pool import ClusterError, connect
+    from agentloop.campaign.file import CampaignError
+    from agentloop.evaluation.cluster import evaluation_pool, ray_address
+    from agentloop.evaluation.cluster.ray_pool import ClusterError, connect
 
     plain = parse_campaign(CAMPAIGN)
     on_ray = parse_campaign({**CAMPAIGN, "cluster": {"ray": "auto", "workers_per_actor": 2}})
@@ -268,7 +268,7 @@ def test_a_replacement_killed_by_close_is_not_reported_as_failing_to_start():
     is no failure to report (the log used to say "an actor could not start")."""
     import threading
 
-    from agentloop.cluster.ray_pool import RayPool, _Actor
+    from agentloop.evaluation.cluster.ray_pool import RayPool, _Actor
 
     class Gone:
         def get(self, ref):
@@ -296,8 +296,8 @@ def test_the_cage_is_the_first_actors_with_a_note_for_each_actor_that_differs():
     differs (another node's kernel, another memory limit) gets a note the run prints."""
     import threading
 
-    from agentloop.cluster.ray_pool import RayPool, _Actor
-    from gates.remote import describe_isolation
+    from agentloop.evaluation.cluster.ray_pool import RayPool, _Actor
+    from gates.judge.remote import describe_isolation
 
     caged = {"network": "namespace", "files": "namespace", "uid": 1001, "limits": {"NPROC": 512},
              "arena": "host"}

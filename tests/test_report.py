@@ -15,9 +15,9 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from agentloop.cli import app
-from agentloop.plots import best_speedup_curves
-from agentloop.report import ReportError, load_run, write_reports
-from agentloop.store import Store
+from agentloop.results.plots import best_speedup_curves
+from agentloop.results.report import ReportError, load_run, write_reports
+from agentloop.results.store import Store
 
 STAGES = ("compile", "static", "dynamic", "correctness", "benchmark")
 SUMMARY_KEYS = {"style", "mode", "provider", "tasks", "correct", "bi_pass", "bi_pass_rate", "geomean_speedup",
@@ -70,7 +70,7 @@ LOOPS = {
 def add_candidate(store: Store, style: str, mode: str, task: str, iteration: int, *,
                   speedup: float | None = None, rejected_by: str | None = None,
                   fails: dict[str, str] | None = None) -> int:
-    """Write one concluded candidate and its stage results the way agentloop.records does."""
+    """Write one concluded candidate and its stage results the way agentloop.loop.records does."""
     fails = fails or {}
     cell = f"{style}/{mode}/replay"
     reached = STAGES[: STAGES.index(rejected_by) + 1] if rejected_by in STAGES else \

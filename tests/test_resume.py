@@ -20,15 +20,15 @@ import yaml
 from loop_fakes import REAL_CORPUS, ScriptedProvider, loop_context
 from procs import children
 
-from agentloop.campaign import Budget, Cell
-from agentloop.evaluation import StageOutcome
-from agentloop.graph import build_graph
-from agentloop.llm import AgentLLM
+from agentloop.campaign.file import Budget, Cell
+from agentloop.campaign.run import LatestCheckpoints, checkpointer, run_loop_graph, thread_id
+from agentloop.campaign.status import run_status
+from agentloop.evaluation.stages import StageOutcome
+from agentloop.loop.graph import build_graph
+from agentloop.loop.llm import AgentLLM
+from agentloop.loop.state import Candidate, Usage
 from agentloop.providers import ExchangeRecorder, Message, request_hash
-from agentloop.runner import LatestCheckpoints, checkpointer, run_loop_graph, thread_id
-from agentloop.state import Candidate, Usage
-from agentloop.status import run_status
-from agentloop.store import Store
+from agentloop.results.store import Store
 
 KERNELS = [(REAL_CORPUS / "rms_norm" / "candidates" / f).read_text()
            for f in ("rows.py", "split_by_batch.py", "forgets_weight.py")]

@@ -1,4 +1,4 @@
-"""A judge's runners (gates.remote.Runners) on the CPU: spares kept booting, taken oldest first
+"""A judge's runners (gates.judge.remote.Runners) on the CPU: spares kept booting, taken oldest first
 and replaced at once; a candidate's runner is stopped when the next candidate comes."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 from procs import state
 
 from gates.contract import get_task
-from gates.remote import Runner, Runners, reference_dirs
-from gates.runner_process import UID_SLOTS
+from gates.judge.remote import Runner, Runners, reference_dirs
+from gates.judge.runner_process import UID_SLOTS
 
 RMS = get_task("rms_norm")
 CODE = "def rms_norm(x, weight, eps):\n    return x  # {}\n"
@@ -94,7 +94,7 @@ def test_a_write_to_an_input_is_mirrored_when_placing_the_outputs_grew_the_arena
 def test_a_parked_runner_lets_go_of_its_last_stage_s_memory():
     """Parking drops the runner's copies of the last stage's inputs: frozen runners held
     gigabytes each on the H200, and the GPU the pool shares ran out (docs/lab/gpu/boundary)."""
-    from gates.runner_process import rss
+    from gates.judge.runner_process import rss
 
     runners = Runners()
     runners.keep_held = 2
@@ -116,9 +116,9 @@ def test_a_parked_runner_lets_go_of_its_last_stage_s_memory():
 def test_a_runner_out_of_memory_in_its_own_copies_answers_in_the_protocol():
     """The driver's own copies running out of memory fail the call in the protocol's terms: not
     a broken protocol (SB007), and nothing to blame the candidate for; the pool runs such a stage
-    again (agentloop.pool). The runner is stopped all the same, and the candidate's next stage
+    again (agentloop.evaluation.pool). The runner is stopped all the same, and the candidate's next stage
     gets a fresh one."""
-    from gates.remote import CandidateFailure
+    from gates.judge.remote import CandidateFailure
 
     # On its second call the candidate lowers its address-space limit: the driver's copy of
     # the next new input (256 MB) no longer fits (the arena had grown in the first call).

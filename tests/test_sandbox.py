@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gates.contract import get_task
-from gates.sandbox import Job, Sandbox, WorkerLimits, describe_worker_exit
+from gates.judge.sandbox import Job, Sandbox, WorkerLimits, describe_worker_exit
 from gates.verdict import GateResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rms_norm"
@@ -166,9 +166,9 @@ def test_worker_and_its_directory_end_when_its_parent_is_killed_mid_job(tmp_path
     script = tmp_path / "parent.py"
     script.write_text(
         "import sys, time\n"
-        "from gates.sandbox import Sandbox\n"
+        "from gates.judge.sandbox import Sandbox\n"
         "box = Sandbox('cpu')\n"
-        "box.run(__import__('gates.sandbox').sandbox.Job.of('os:getpid'), 60)\n"
+        "box.run(__import__('gates.judge.sandbox').sandbox.Job.of('os:getpid'), 60)\n"
         "box._conn.send(('run', 'test_sandbox:spin', {'seconds': 600}, 600, 600))\n"
         "print(box.pid, box.workdir, flush=True)\n"
         "time.sleep(600)\n")
@@ -194,7 +194,7 @@ def test_worker_and_its_directory_end_when_its_parent_is_killed_mid_job(tmp_path
 def test_a_library_that_takes_a_multiprocessing_lock_at_import_loads_in_its_runner():
     """The runner's /dev/shm is its own empty tmpfs, writable (FlagGems takes a lock at import;
     a 0755 root tmpfs made every op of it fail to import on the H200)."""
-    from gates.remote import Runner
+    from gates.judge.remote import Runner
 
     code = ("import multiprocessing\nimport torch\n_lock = multiprocessing.Lock()\n\n"
             "def rms_norm(x, weight, eps):\n    with _lock:\n        return x * weight\n")

@@ -5,17 +5,24 @@ from __future__ import annotations
 import pytest
 from loop_fakes import ScriptedProvider, loop_context
 
-from agentloop.campaign import Budget
-from agentloop.evaluation import STAGES, StageOutcome
-from agentloop.graph import build_graph
-from agentloop.llm import AgentLLM
-from agentloop.prompts import Prompts, task_brief, without_code
+from agentloop.campaign.file import Budget
+from agentloop.campaign.run import checkpointer, run_loop_graph, thread_id
+from agentloop.evaluation.stages import STAGES, StageOutcome
+from agentloop.loop.graph import build_graph
+from agentloop.loop.llm import AgentLLM
+from agentloop.loop.prompts import Prompts, task_brief, without_code
+from agentloop.loop.state import Candidate, LoopState, Usage
+from agentloop.loop.styles import (
+    EvolveSettings,
+    EvolveStyle,
+    Proposing,
+    RefineSettings,
+    RefineStyle,
+    TeamStyle,
+)
+from agentloop.loop.styles.team import TeamSettings, review_verdict
 from agentloop.providers import ExchangeRecorder
-from agentloop.runner import checkpointer, run_loop_graph, thread_id
-from agentloop.state import Candidate, LoopState, Usage
-from agentloop.store import Store
-from agentloop.styles import EvolveSettings, EvolveStyle, Proposing, RefineSettings, RefineStyle, TeamStyle
-from agentloop.styles.team import TeamSettings, review_verdict
+from agentloop.results.store import Store
 from gates.contract import get_task
 
 TASK = get_task("rms_norm")
@@ -36,7 +43,7 @@ def _proposing(state, llm, mode="bi-aware", n=1) -> Proposing:
 def _candidate(number, status="accepted", speedup=None, rejected_by=None, bi=True, code=None):
     stages = {s: StageOutcome(stage=s, passed=bi) for s in ("static", "dynamic")}
     if speedup is not None:
-        from agentloop.benchmark import BenchmarkResult
+        from agentloop.evaluation.benchmark import BenchmarkResult
 
         stages["benchmark"] = StageOutcome(stage="benchmark", passed=True, benchmark=BenchmarkResult(
             task="rms_norm", dtype="bfloat16", device="cpu", speedup=speedup, correct=True))

@@ -40,7 +40,6 @@ from typing import Any, NamedTuple
 
 from pydantic import ConfigDict
 
-from agentloop.extract import code_blocks
 from agentloop.providers.base import (
     Completion,
     Message,
@@ -50,6 +49,7 @@ from agentloop.providers.base import (
     request_hash,
     request_meta,
 )
+from agentloop.providers.extract import code_blocks
 from agentloop.providers.record import ExchangeRecord, read_exchanges
 
 _TASK_LINE = re.compile(r"^[ \t>*_-]*task[*_]*[ \t]*:[ \t]*`?([A-Za-z0-9_.-]+)`?[ \t]*$",

@@ -1,6 +1,6 @@
 """The runner's driver: the loop that holds one candidate and calls it for the judge.
 
-Started by `gates.remote.RunnerProcess` as `python -I -c BOOT CONFIG FD`; it cages itself
+Started by `gates.judge.remote.RunnerProcess` as `python -I -c BOOT CONFIG FD`; it cages itself
 (`gates.runner.cage`), imports torch and triton, installs the audit hook and says "ready".
 Then, one request at a time over its socket (`gates.runner.wire`): load the candidate, call
 its entry on inputs read from the shared arena, or run the measurement loop on it. For a call
@@ -558,7 +558,7 @@ def _forget_hidden_paths(hidden: list[str], keep: list[str]) -> None:
 def _warm_triton() -> None:
     """Build Triton's GPU driver module now, while the runner boots in the background (the host
     compiler takes seconds), not inside the candidate's first call; the judge keeps the result
-    for the next runners (gates.kernel_cache)."""
+    for the next runners (gates.judge.kernel_cache)."""
     try:
         from triton.runtime.driver import driver
 

@@ -2,7 +2,7 @@
 
 It lives on the runner side because a candidate can only be timed in the process that holds
 it; the judge times the reference with the very same loop in its own process, and keeps the
-statistics (`agentloop.timer`). On a GPU each timed call is bracketed by CUDA events after an
+statistics (`agentloop.evaluation.timer`). On a GPU each timed call is bracketed by CUDA events after an
 L2 flush, optionally replayed from a CUDA graph, and chunks of calls are queued behind a spin
 kernel so the events see device time; on a CPU the wall clock times each call.
 

@@ -1,7 +1,7 @@
 """Run one candidate file through the loop's evaluation path and print the outcomes as JSON.
 
 test_hostile.py starts this script in a subprocess for the "evaluate" cases (candidates that
-cheat only in the benchmark): `agentloop.pool.WorkerPool(...).evaluate(code, task, settings,
+cheat only in the benchmark): `agentloop.evaluation.pool.WorkerPool(...).evaluate(code, task, settings,
 stages=[...])`, the same call the optimisation loop makes. Exit status 0 when every stage
 passed, 1 otherwise; stdout is one JSON list of StageOutcome dumps.
 """
@@ -23,8 +23,8 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 
-    from agentloop.evaluation import EvalSettings
-    from agentloop.pool import WorkerPool
+    from agentloop.evaluation.pool import WorkerPool
+    from agentloop.evaluation.stages import EvalSettings
     from gates.contract import get_task
 
     task = get_task(args.task)

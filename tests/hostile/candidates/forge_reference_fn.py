@@ -1,7 +1,7 @@
 """Class 1, verdict forgery in the same process.
 
 Tries: at import, replaces the judge's reference_fn (in gates.reference, and the names
-gates.correctness, gates.anticheat and agentloop.worker_jobs imported) and the sys.modules entry
+gates.correctness, gates.anticheat and agentloop.evaluation.jobs imported) and the sys.modules entry
 of gates.reference with one that hands back the candidate itself, so the candidate is compared
 with itself; returns a wrong result (x * weight).
 Gates must report: CR005 (the judge's reference is out of reach) or SB008.
@@ -22,8 +22,8 @@ def _fake_reference_fn(task, *args, **kwargs):
     return rms_norm
 
 
-for _name in ("gates.reference", "gates.correctness", "gates.anticheat", "agentloop.worker_jobs",
-              "agentloop.benchmark"):
+for _name in ("gates.reference", "gates.correctness", "gates.anticheat", "agentloop.evaluation.jobs",
+              "agentloop.evaluation.benchmark"):
     try:
         _mod = importlib.import_module(_name)
     except Exception:

@@ -1,0 +1,956 @@
+"""The judge's side of the boundary: a caged runner process per candidate, and calls into it.
+
+The judge (a sandbox worker that never imports candidate code) starts a `RunnerProcess`
+(`python -I` running `gates.runner.driver`, which cages itself), hands it the candidate's code
+and calls the entry through `RemoteEntry`, which looks like the entry function to the gates:
+tensors in, a tuple of tensors out. Inputs travel through an arena the judge owns and shares
+with the runner by a file descriptor (host memory in a memfd; on a GPU, device memory); outputs
+come back as bytes the judge copies out of the arena into tensors it makes itself, after
+checking each header (dtype, shape, strides, device, exact type). Nothing from
+the runner is unpickled or called. What the runner reports besides its outputs can only add
+findings (`Runner.take_findings`).
+
+The judge watches the runner from outside: a deadline per job, resident memory, the size of
+its output (only the tail is kept), and at the end every process it left behind (found by its
+uid when it dropped root, else by a marker in its environment) is killed and reported.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import hashlib
+import json
+import mmap
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gates.judge import kernel_cache
+from gates.judge.environment import runner_environ
+from gates.judge.runner_process import (
+    describe_exit,
+    destroy,
+    hidden_paths,
+    keep_paths,
+    next_uid,
+    pids_of_uid,
+    pids_with_marker,
+    rss,
+)
+from gates.runner import wire
+from gates.runner.device_memory import OUT_OF_MEMORY, DeviceMemoryError, SharedDeviceMemory
+from gates.runner.driver import dtype_table, pin, unpin
+from gates.runner.loader import CandidateError
+from gates.verdict import Finding, GateResult
+
+BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2])['sys_path']; "
+        "from gates.runner.driver import main; main()")
+LOG_TAIL = 16 * 1024
+LOG_LIMIT = 64 * 2**20
+"""Bytes of stdout/stderr a runner may write before it is stopped (SB006)."""
+MAX_OUTPUT_BYTES = 32 * 2**30
+DEFAULT_MEMORY = 4 * 2**30
+"""Host memory a runner may add to what it holds once started (the task shapes need far less)."""
+MAX_DIMS = 8
+RULE = re.compile(r"^(SB0\d\d|AC00\d)$")
+HINTS = {
+    "SB001": "Evaluations have no network: compute everything from the inputs.",
+    "SB002": "Do not start, fork or signal processes; launch kernels from the calling thread.",
+    "SB003": "Read and write nothing outside the call: no files, no project sources.",
+    "SB004": "Finish all work before returning; start no threads.",
+    "SB005": "Start no process that outlives the call.",
+    "SB006": "Stay within the memory, CPU, output and recursion limits of an evaluation.",
+    "SB007": "Return plain torch.Tensor outputs (no subclasses or wrappers).",
+    "SB008": "Do not patch torch, builtins or the harness, and do not use ctypes or gc introspection.",
+    "SB009": "Compute every call honestly: timed calls are checked like any other.",
+    "SB010": "Synchronise side streams and threads before returning; outputs must be final on return.",
+    "AC003": "Implement the operator yourself; do not read, import or copy the task's reference.",
+}
+_deadline: list[float | None] = [None, None]
+"""[monotonic time at which calls give up, the job's time-out in seconds (for the message)]."""
+SHARED_DIR_VARIABLE = "AGENTLOOP_RUNNER_SHARED_DIR"
+"""A directory the user may give runners to write to (tests, debugging); its path reaches the
+runner in the same variable. Set by whoever starts agentloop, never by a candidate."""
+
+
+class CandidateFailure(Exception):
+    """The candidate could not be called (crash, limit, timeout, protocol): one line, with the
+    finding rule it stands for where there is one."""
+
+    def __init__(self, message: str, rule: str | None = None) -> None:
+        super().__init__(message)
+        self.described = message
+        self.rule = rule
+
+
+_RAN_OUT = "ran out of memory"
+"""Why a runner was stopped after its driver reported running out of memory (no finding)."""
+
+
+def _failure(runner: Runner, message: str, rule: str | None = None) -> CandidateFailure:
+    """A failure whose rule also becomes one of the runner's findings (so the gate's result
+    names it even where the gate turns the exception into an error line)."""
+    if rule:
+        finding = sandbox_finding(rule, message)
+        if finding not in runner.findings:
+            runner.findings.append(finding)
+    return CandidateFailure(message, rule)
+
+
+class CandidateRaised(CandidateFailure):
+    """The candidate's entry raised; `described` is the runner's one-line description."""
+
+
+def set_deadline(seconds: float | None, timeout: float | None = None) -> None:
+    """Calls into runners give up (and kill the runner) `seconds` from now; None: no deadline.
+    The sandbox worker sets it from each job's time-out (`timeout`, which the message names)."""
+    _deadline[0] = None if seconds is None else time.monotonic() + seconds
+    _deadline[1] = timeout if timeout is not None else seconds
+
+
+def sandbox_finding(rule: str, message: str) -> Finding:
+    return Finding(rule=rule, severity="error", message=message, hint=HINTS.get(rule, ""))
+
+
+# The arena ---------------------------------------------------------------------------------
+class HostArena:
+    """Shared host memory the judge owns: inputs go in, outputs come back. Grows by replacement.
+    A CPU runner's arena; a GPU runner's only where device memory cannot be shared (then
+    page-locked, both sides pinning their mapping, so copies to and from the device run at DMA
+    speed)."""
+
+    ALIGN = 256
+    on_device = False
+
+    def __init__(self, gpu: bool = False) -> None:
+        self.size = 0
+        self.bytes: torch.Tensor | None = None
+        self.fd: int | None = None
+        self.gpu = gpu
+        self._unpin: weakref.finalize | None = None
+
+    def ensure(self, size: int) -> int | None:
+        """Make the arena at least `size` bytes; the new memfd to send, or None if it fits."""
+        if size <= self.size:
+            return None
+        size = max(size, 2 * self.size, 1 << 20)
+        fd = os.memfd_create("agentloop-arena", 0)
+        os.ftruncate(fd, size)
+        self.release()
+        self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
+        if self.gpu and pin(torch, self.bytes):
+            # Page-locked memory is scarce: unlocked when replaced, when the runner stops, or
+            # at the latest when this arena is collected.
+            self._unpin = weakref.finalize(self, unpin, torch, self.bytes.data_ptr())
+        self.size, self.fd = size, fd
+        return fd
+
+    def release(self) -> None:
+        if self._unpin is not None:
+            self._unpin()
+            self._unpin = None
+
+    def view(self, offset: int, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+        n = torch.empty((), dtype=dtype).element_size() * _numel(shape)
+        return self.bytes[offset:offset + n].view(dtype).view(shape)
+
+    def settle(self) -> None:
+        """Nothing to wait for: copies between host memory and the arena are done on return."""
+
+
+class DeviceArena:
+    """GPU memory shared with a GPU runner (`gates.runner.device_memory`): inputs and outputs
+    move device to device, instead of crossing host memory twice each way (seconds per stage
+    for vocabulary-sized tasks). Grows by replacement like the host arena. Each side
+    synchronises the device before the other reads what it wrote."""
+
+    on_device = True
+
+    def __init__(self, device: int) -> None:
+        self.device = device
+        self.size = 0
+        self.memory: SharedDeviceMemory | None = None
+        self.bytes: torch.Tensor | None = None
+
+    def ensure(self, size: int) -> int | None:
+        """As `HostArena.ensure`; raises DeviceMemoryError where the driver refuses."""
+        if size <= self.size:
+            return None
+        memory = SharedDeviceMemory.create(max(size, 2 * self.size, 1 << 21), self.device)
+        try:
+            view = memory.tensor(torch)
+            # The driver may hand back pages this judge used before (a reference's outputs): the
+            # runner sees only zeros and what is written for it.
+            view.zero_()
+            torch.cuda.synchronize(self.device)
+            fd = memory.export()
+        except (DeviceMemoryError, RuntimeError, TypeError) as exc:
+            memory.close()
+            raise DeviceMemoryError(f"shared device memory unusable: {exc}",
+                                    getattr(exc, "code", 0)) from None
+        self.release()
+        self.memory, self.size, self.bytes = memory, memory.size, view
+        return fd
+
+    def release(self) -> None:
+        if self.memory is None:
+            return
+        memory, self.memory, self.bytes, self.size = self.memory, None, None, 0
+        try:
+            torch.cuda.synchronize(self.device)  # no copy of the judge's still reads or writes it
+        except RuntimeError:  # a broken CUDA context: the worker is replaced; let go all the same
+            pass
+        memory.close()
+
+    view = HostArena.view
+
+    def settle(self) -> None:
+        """Wait until this judge's copies into and out of the arena are done: the runner, another
+        process, reads what was written, and may write where was read."""
+        torch.cuda.synchronize(self.device)
+
+
+_device_arena_refused: list[str] = []
+"""Why this process's driver refused device arenas (then every runner uses a host arena)."""
+ARENA_VARIABLE = "AGENTLOOP_ARENA"
+"""Set to "host" to keep GPU runners on the host arena (to compare, or where device arenas
+misbehave)."""
+
+
+def new_arena(device: str) -> HostArena | DeviceArena:
+    if device == "cpu":
+        return HostArena()
+    if _device_arena_refused or os.environ.get(ARENA_VARIABLE) == "host":
+        return HostArena(gpu=True)
+    return DeviceArena(torch.cuda.current_device())
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _aligned(n: int) -> int:
+    return (n + HostArena.ALIGN - 1) // HostArena.ALIGN * HostArena.ALIGN
+
+
+def _foreign(type_name: object) -> object:
+    """A stand-in for an output that is not a tensor: an object of a judge-made class whose name
+    says what the candidate returned (for the gates' messages)."""
+    name = type_name if isinstance(type_name, str) and type_name.isidentifier() else "object"
+    return type(name[:80], (), {})()
+
+
+@dataclass
+class CallReport:
+    """One call of the candidate, as the judge reconstructed it."""
+
+    outs: tuple
+    mutated: list[int] = field(default_factory=list)
+    aliases: list[tuple[int, int]] = field(default_factory=list)
+    late: list[int] = field(default_factory=list)
+    reused: bool = False
+    launches: int = 0
+    state_changes: list[str] = field(default_factory=list)
+
+
+# The runner process ------------------------------------------------------------------------
+class Runner:
+    """One caged runner process holding (at most) one candidate. Start it early: it boots in
+    the background, and `wait_ready` is the first thing that waits."""
+
+    def __init__(self, device: str, *, memory_bytes: int | None = None, reference_dirs: list[str] = (),
+                 cpu_seconds: int = 3600, start_timeout: float = 300.0) -> None:
+        self.device = device
+        self.code_hash: str | None = None
+        self.memory_bytes = memory_bytes or min(DEFAULT_MEMORY, os.sysconf("SC_PAGE_SIZE") *
+                                                os.sysconf("SC_PHYS_PAGES") // 4)
+        self.start_timeout = start_timeout
+        self.workdir = tempfile.mkdtemp(prefix="runner-")
+        os.chmod(self.workdir, 0o700)
+        self.uid = next_uid() if os.geteuid() == 0 else -1
+        self.marker = f"{os.getpid()}-{os.urandom(8).hex()}"
+        self.findings: list[Finding] = []
+        self.isolation: dict[str, Any] = {}
+        self.arena = new_arena(device)
+        self._slots: dict[int, tuple[int, weakref.ref]] = {}
+        self._freed: list[int] = []
+        self._next_slot = 0
+        self._dtypes = dtype_table(torch)
+        self._names = {v: k for k, v in self._dtypes.items()}
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._tail_bytes = 0
+        self._logged = 0
+        self._stopped_for: str | None = None
+        self._ready = False
+        self._baseline_rss = 0
+        hide = hidden_paths(list(reference_dirs))
+        shared = os.environ.get(SHARED_DIR_VARIABLE)
+        keep = keep_paths() + ([os.path.realpath(shared)] if shared else [])
+        config = {"sys_path": [os.path.abspath(p) if p in ("", ".") else p for p in sys.path],
+                  "workdir": self.workdir, "device": "cpu" if device == "cpu" else "cuda",
+                  "uid": self.uid, "hide": hide, "keep": keep,
+                  "writable": [os.path.realpath(shared)] if shared else [],
+                  "reference_dirs": [os.path.realpath(r) for r in reference_dirs],
+                  "memory_bytes": self.memory_bytes if device == "cpu" else None,
+                  "cpu_seconds": cpu_seconds, "processes": 512, "file_bytes": 1 << 30, "open_files": 1024}
+        # What earlier runners compiled while booting (gates.judge.kernel_cache); the cage hands the
+        # work directory to the runner's uid.
+        kernel_cache.restore(kernel_cache.BOOT, self.workdir, -1)
+        parent, child = socket.socketpair()
+        env = runner_environ(os.environ, self.workdir, device)
+        env["AGENTLOOP_RUNNER"] = self.marker
+        if shared:
+            env[SHARED_DIR_VARIABLE] = shared
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-B", "-c", BOOT, str(child.fileno()), json.dumps(config)],
+            pass_fds=(child.fileno(),), cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        child.close()
+        self.sock = parent
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        self._salvage: list = []
+        self._finalizer = weakref.finalize(self, destroy, self.proc, self.sock, self.workdir, self.uid,
+                                           self.marker, self._salvage)
+
+    # Output of the runner ----------------------------------------------------------------
+    def _drain(self) -> None:
+        stream = self.proc.stdout
+        while True:
+            chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
+            if not chunk:
+                return
+            self._logged += len(chunk)
+            self._tail.append(chunk)
+            self._tail_bytes += len(chunk)
+            while self._tail_bytes - len(self._tail[0]) >= LOG_TAIL:
+                self._tail_bytes -= len(self._tail.popleft())
+            if self._logged > LOG_LIMIT and self._stopped_for is None:
+                self._stop_for(f"wrote more than {LOG_LIMIT // 2**20} MB to stdout/stderr", "SB006")
+
+    def log_tail(self) -> str:
+        return b"".join(self._tail)[-LOG_TAIL:].decode(errors="replace")
+
+    def _stop_for(self, why: str, rule: str | None) -> None:
+        self._stopped_for = why
+        if rule and why != "ran past the job's time-out":  # a time-out is the stage's error
+            self.findings.append(sandbox_finding(rule, f"the runner was stopped: it {why}"))
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    # Requests ------------------------------------------------------------------------------
+    def _wait(self) -> dict:
+        while True:
+            ready, _, _ = select.select([self.sock], [], [], 0.2)
+            if ready:
+                try:
+                    header, _ = wire.recv(self.sock)
+                except OSError:  # a reset connection: the runner is gone or going
+                    raise self._death("closed") from None
+                except wire.WireError as exc:
+                    if str(exc) != "connection closed":
+                        self._stop_for("broke the message format", "SB007")
+                        raise _failure(self, f"the runner broke the message format: {str(exc)[:100]}",
+                                       "SB007") from None
+                    raise self._death(str(exc)) from None
+                self._events(header.get("events"))
+                return header
+            deadline = _deadline[0]
+            if deadline is not None and time.monotonic() > deadline:
+                self._stop_for("ran past the job's time-out", "SB006")
+                raise _failure(self, f"timed out after {_deadline[1]:g} s")
+            if self.proc.poll() is not None:
+                raise self._death("exited")
+            if rss(self.proc.pid) - self._baseline_rss > self.memory_bytes:
+                self._stop_for(f"used more than {self.memory_bytes / 2**30:.1f} GB of memory", "SB006")
+                raise _failure(self, f"out of memory: the candidate used more than "
+                                       f"{self.memory_bytes / 2**30:.1f} GB", "SB006")
+
+    def _death(self, what: str) -> CandidateFailure:
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+        if self._stopped_for:
+            rule = None if self._stopped_for == _RAN_OUT else "SB006"
+            return _failure(self, f"the runner was stopped: it {self._stopped_for}", rule)
+        how = describe_exit(code)
+        lines = re.findall(r'File "[^"]*candidate\.py", line (\d+)', self.log_tail())
+        rule = "SB006" if code is not None and -code in (signal.SIGXCPU, signal.SIGXFSZ) else None
+        text = f"the candidate's process died: {how}" + (f" at candidate.py line {lines[0]}" if lines else "")
+        if "MemoryError" in self.log_tail() or "Cannot allocate memory" in self.log_tail():
+            text, rule = f"out of memory: {text}", "SB006"
+        return _failure(self, text, rule)
+
+    def _request(self, header: dict, expect: str, fds: tuple[int, ...] = ()) -> dict:
+        try:
+            wire.send(self.sock, header, fds)
+        except (OSError, wire.WireError):
+            raise self._death("closed") from None
+        reply = self._wait()
+        if reply.get("op") == "failed" and str(reply.get("error")).startswith("out of memory"):
+            raise self._out_of_memory(str(reply["error"]))
+        if reply.get("op") != expect:
+            self._stop_for("sent a message the judge did not ask for", "SB007")
+            raise _failure(self, f"the runner answered {str(reply.get('op'))[:40]!r} to a "
+                                   f"{header['op']!r} request", "SB007")
+        return reply
+
+    def _out_of_memory(self, said: str) -> CandidateFailure:
+        """The driver's own copies found the memory full: the call failed, nobody's fault, and
+        the stage is retried (agentloop.evaluation.pool). The runner is stopped all the same (no finding):
+        its process is the candidate's, and a runner kept after a reply it may have forged could
+        answer the next request with a stale one."""
+        self._stop_for(_RAN_OUT, None)
+        return CandidateFailure(said[:500])
+
+    def _grow(self, size: int) -> None:
+        try:
+            fd = self.arena.ensure(size)
+        except DeviceMemoryError as exc:
+            # The GPU full for now: this runner takes a host arena. Anything else: this driver
+            # shares no device memory, and every later runner of this judge takes one too.
+            if exc.code != OUT_OF_MEMORY:
+                _device_arena_refused.append(str(exc))
+            self.arena = HostArena(gpu=True)
+            fd = self.arena.ensure(size)
+        if fd is None:
+            return
+        try:
+            reply = self._request({"op": "arena", "size": self.arena.size, "on_device": self.arena.on_device},
+                                  "arena", (fd,))
+        finally:
+            os.close(fd)
+        if reply.get("error") is None:
+            return
+        if not self.arena.on_device:
+            raise _failure(self, f"the runner could not map the arena: {str(reply['error'])[:200]}")
+        # This runner could not map device memory (its candidate may have broken ctypes): this
+        # runner alone goes on with a host arena.
+        self.arena.release()
+        self.arena = HostArena(gpu=True)
+        self._grow(size)
+
+    def park(self) -> None:
+        """Before the runner is frozen until its candidate's next stage: it lets go of what the
+        last stage left (its copies of the inputs, kept outputs) and of a device arena, and
+        gives its cached device memory back (GPU memory is scarcer than the time to allocate it
+        again; the arena is made anew by the next call). Within seconds, not the next
+        candidate's time-out: the runner is idle."""
+        if not self.alive:
+            return
+        saved = list(_deadline)
+        set_deadline(min(5.0, saved[0] - time.monotonic()) if saved[0] is not None else 5.0)
+        try:
+            self._request({"op": "park", "release_arena": self.arena.on_device}, "parked")
+        finally:
+            _deadline[:] = saved
+        if self.arena.on_device:
+            self.arena.release()
+
+    def _events(self, events: object) -> None:
+        if not isinstance(events, list):
+            return
+        for event in events[:20]:
+            if isinstance(event, list) and len(event) == 2 and all(isinstance(x, str) for x in event) \
+                    and RULE.match(event[0]):
+                finding = sandbox_finding(event[0], event[1][:300])
+                if finding not in self.findings:
+                    self.findings.append(finding)
+
+    def take_findings(self) -> list[Finding]:
+        out, self.findings = self.findings, []
+        return out
+
+    def wait_ready(self) -> None:
+        if self._ready:
+            return
+        give_up = time.monotonic() + self.start_timeout
+        while not select.select([self.sock], [], [], 0.2)[0]:
+            if time.monotonic() > give_up:
+                raise _failure(self, f"the runner did not start within {self.start_timeout:g} s")
+            if _deadline[0] is not None and time.monotonic() > _deadline[0]:
+                raise _failure(self, f"timed out after {_deadline[1]:g} s (the runner was still starting)")
+        try:
+            header, _ = wire.recv(self.sock)
+        except (OSError, wire.WireError):
+            raise _failure(self, f"the runner failed to start: {describe_exit(self.proc.wait())}: "
+                                   f"{self.log_tail()[-300:]}") from None
+        if header.get("op") != "ready":
+            raise _failure(self, f"the runner failed to start: {str(header.get('error'))[:300]}")
+        self.isolation = header.get("isolation") if isinstance(header.get("isolation"), dict) else {}
+        self._baseline_rss = rss(self.proc.pid)
+        self._ready = True
+
+    def load(self, code: str, entry: str) -> list[str]:
+        """Load the candidate; the torch settings its import changed. CandidateError when it does
+        not import or has no entry function."""
+        self.wait_ready()
+        kernel_cache.keep_boot(self.workdir, self.uid)  # before any candidate code has run here
+        self.code_hash = hashlib.sha256(code.encode()).hexdigest()
+        # Kernels this code compiled in earlier runners come back, and what it compiles here is
+        # kept when this runner stops (gates.judge.kernel_cache).
+        kernel_cache.restore(self.code_hash, self.workdir, self.uid)
+        self._salvage[:] = [functools.partial(kernel_cache.keep, self.code_hash, self.workdir, self.uid)]
+        reply = self._request({"op": "load", "code": code, "entry": entry}, "loaded")
+        if reply.get("error"):
+            raise CandidateError(str(reply["error"])[:500])
+        changes = reply.get("state_changes")
+        return [str(c)[:200] for c in changes] if isinstance(changes, list) else []
+
+    # Arguments and outputs -----------------------------------------------------------------
+    def _slot(self, t: torch.Tensor) -> int:
+        known = self._slots.get(id(t))
+        if known is not None and known[1]() is t:
+            return known[0]
+        self._next_slot += 1
+        slot, key = self._next_slot, id(t)
+        self._slots[key] = (slot, weakref.ref(t))
+        weakref.finalize(t, self._release, key, slot)
+        return slot
+
+    def _release(self, key: int, slot: int) -> None:
+        known = self._slots.get(key)
+        if known is not None and known[0] == slot:
+            del self._slots[key]
+        self._freed.append(slot)
+
+    def _encode(self, args: list[Any]) -> tuple[list[dict], int]:
+        specs, offset = [], 0
+        tensors = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                tensors.append((a, offset))
+                offset += _aligned(a.numel() * a.element_size())
+        self._grow(offset)
+        placed = iter(tensors)
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                t, off = next(placed)
+                self.arena.view(off, t.dtype, list(t.shape)).copy_(t)
+                specs.append({"t": "tensor", "slot": self._slot(t), "off": off, "dtype": self._names[t.dtype],
+                              "shape": list(t.shape)})
+            elif a is None or isinstance(a, (bool, int, float, str)):
+                specs.append({"t": "value", "v": a})
+            else:
+                raise TypeError(f"cannot pass a {type(a).__name__} to a candidate")
+        self.arena.settle()
+        return specs, offset
+
+    def _receive_outputs(self, reply: dict, start: int) -> tuple[tuple, dict]:
+        if str(reply.get("error")).startswith("out of memory"):  # the driver's, not the candidate's
+            raise self._out_of_memory(str(reply["error"]))
+        if reply.get("error") is not None:
+            raise CandidateRaised(str(reply["error"])[:500])
+        headers = reply.get("outs")
+        if not isinstance(headers, list) or not headers or len(headers) > 16:
+            self._stop_for("sent a malformed result", "SB007")
+            raise _failure(self, "the runner sent a malformed result", "SB007")
+        offsets, specs, offset = [], [], start
+        for h in headers:
+            spec = self._output_spec(h)
+            specs.append(spec)
+            if spec is None:
+                offsets.append(None)
+                continue
+            offsets.append(offset)
+            offset += _aligned(spec[2])
+        self._grow(offset)
+        placed = self._request({"op": "place", "offsets": offsets}, "placed")
+        if placed.get("error") is not None:  # the runner ran out of memory placing them
+            raise self._out_of_memory(str(placed["error"]))
+        outs = []
+        for h, spec, off in zip(headers, specs, offsets, strict=True):
+            if spec is None:
+                outs.append(_foreign(h.get("type") if isinstance(h, dict) else None))
+                continue
+            dtype, shape, _ = spec
+            view = self.arena.view(off, dtype, shape)
+            # A copy, on the device the runner reported: what is compared is the judge's own
+            # memory, not the arena.
+            outs.append(view.to(self.device if h["device"] == "cuda" else "cpu", copy=True))
+        self.arena.settle()
+        return tuple(outs), placed
+
+    def _output_spec(self, h: object) -> tuple[torch.dtype, list[int], int] | None:
+        if not isinstance(h, dict) or h.get("t") not in ("tensor", "other"):
+            self._stop_for("sent a malformed output header", "SB007")
+            raise _failure(self, "the runner sent a malformed output header", "SB007")
+        if h["t"] == "other":
+            return None
+        dtype, shape, strides = self._dtypes.get(h.get("dtype")), h.get("shape"), h.get("strides")
+        ok = dtype is not None and isinstance(shape, list) and len(shape) <= MAX_DIMS and \
+            all(type(d) is int and 0 <= d < 2**40 for d in shape) and isinstance(strides, list) and \
+            len(strides) == len(shape) and all(type(s) is int for s in strides) and \
+            h.get("device") in ("cpu", "cuda")
+        if not ok:
+            self._stop_for("sent an output header that does not describe a tensor", "SB007")
+            raise _failure(self, "the runner sent an output header that does not describe a tensor",
+                                   "SB007")
+        if h.get("subclass") is not None:
+            raise _failure(self, f"an output is a torch.Tensor subclass ({str(h['subclass'])[:60]}), "
+                                   "not a plain torch.Tensor", "SB007")
+        nbytes = _numel(shape) * torch.empty((), dtype=dtype).element_size()
+        if nbytes > MAX_OUTPUT_BYTES:
+            raise _failure(self, f"an output of {nbytes / 2**30:.1f} GB is larger than any task's",
+                           "SB007")
+        return dtype, shape, nbytes
+
+    def call(self, args: list[Any], *, track: bool = False) -> CallReport:
+        """Call the entry on `args` (the judge's tensors; a write the candidate makes to one is
+        mirrored into it, as it would be in-process). Raises CandidateRaised when the entry
+        raised, CandidateFailure when the runner died, hung or broke the protocol."""
+        free, self._freed = self._freed, []
+        specs, end = self._encode(args)
+        reply = self._request({"op": "call", "args": specs, "free": free, "track": track}, "result")
+        outs, placed = self._receive_outputs(reply, end)
+        report = CallReport(outs=outs, launches=_int(reply.get("launches")),
+                            reused=reply.get("reused") is True,
+                            state_changes=[str(c)[:200] for c in reply.get("state_changes") or []][:10])
+        report.mutated = [i for i in placed.get("mutated") or [] if type(i) is int and 0 <= i < len(args)]
+        if report.mutated:
+            finding = Finding(rule="AC001", severity="error", message=f"the candidate wrote to its input "
+                              f"{report.mutated[0]} (argument position) in a call",
+                              hint="Treat inputs as read-only: write results into freshly allocated outputs.")
+            if not any(f.rule == "AC001" for f in self.findings):
+                self.findings.append(finding)
+        for i in report.mutated:
+            if isinstance(args[i], torch.Tensor):
+                spec = specs[i]
+                args[i].copy_(self.arena.view(spec["off"], args[i].dtype, list(args[i].shape)))
+        if report.mutated:
+            self.arena.settle()
+        report.aliases = [(a[0], a[1]) for a in placed.get("aliases") or []
+                          if isinstance(a, list) and len(a) == 2 and all(type(x) is int for x in a)]
+        report.late = [k for k in placed.get("late") or [] if type(k) is int]
+        if report.late:
+            self.findings.append(sandbox_finding(
+                "SB010", f"output {report.late[0]} changed after the call returned (work left running on a "
+                         "side stream or thread)"))
+        return report
+
+    # Benchmark -----------------------------------------------------------------------------
+    def bench_prepare(self, args: list[Any], measure: dict) -> str:
+        """Bind the entry to `args` in the runner and warm it up; the clock label."""
+        specs, _ = self._encode(args)
+        reply = self._request({"op": "bench_prepare", "args": specs, "measure": measure}, "prepared")
+        if reply.get("error") is not None:
+            raise CandidateRaised(str(reply["error"])[:500])
+        return str(reply.get("label"))[:20]
+
+    def bench_reps(self, seconds: float, min_reps: int, max_reps: int) -> int:
+        reply = self._request({"op": "bench_reps", "seconds": seconds, "min": min_reps, "max": max_reps},
+                              "reps")
+        if reply.get("error") is not None:
+            raise CandidateRaised(str(reply["error"])[:500])
+        return max(min_reps, min(max_reps, _int(reply.get("reps"))))
+
+    def bench_samples(self, n: int) -> tuple[list[float], float, int]:
+        """`n` timed calls: their milliseconds as the runner reports them, the judge's own
+        wall-clock seconds around the request, and how many of the last calls kept their outputs
+        (all on a CPU; the last chunk on a GPU), one of which `bench_reveal` can show."""
+        start = time.perf_counter()
+        reply = self._request({"op": "bench_samples", "n": n}, "samples")
+        wall = time.perf_counter() - start
+        if reply.get("error") is not None:
+            raise CandidateRaised(str(reply["error"])[:500])
+        samples = reply.get("samples")
+        if not isinstance(samples, list) or len(samples) != n or \
+                not all(isinstance(s, (int, float)) and s == s and s >= 0 for s in samples):
+            raise _failure(self, "the runner reported malformed timings", "SB009")
+        kept = reply.get("kept")
+        if type(kept) is not int or not 1 <= kept <= n:
+            raise _failure(self, "the runner reported malformed timings", "SB009")
+        return [float(s) for s in samples], wall, kept
+
+    def bench_reveal(self, index: int) -> tuple:
+        """The outputs of kept timed call `index` (chosen after the calls ran)."""
+        reply = self._request({"op": "bench_reveal", "index": index}, "result")
+        outs, placed = self._receive_outputs(reply, 0)
+        late = [k for k in placed.get("late") or [] if type(k) is int]
+        if late:
+            self.findings.append(sandbox_finding(
+                "SB010", f"output {late[0]} of a timed call changed after it returned (work left running "
+                         "on a side stream or thread)"))
+        return outs
+
+    # Ending --------------------------------------------------------------------------------
+    def leftovers(self) -> list[int]:
+        """Processes the runner left besides itself (it started them; the hook should have
+        refused)."""
+        pids = pids_of_uid(self.uid) if self.uid > 0 else pids_with_marker(self.marker)
+        return [p for p in pids if p != self.proc.pid]
+
+    def check_leftovers(self) -> None:
+        extra = self.leftovers()
+        if extra:
+            self.findings.append(sandbox_finding(
+                "SB005", f"the candidate left {len(extra)} process(es) running (killed)"))
+            for p in extra:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def pause(self) -> bool:
+        """Freeze the runner (SIGSTOP to its process group) while other candidates run: none
+        of its threads can run or touch the device meanwhile. False if it is not alive."""
+        if not self.alive:
+            return False
+        try:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def resume(self) -> bool:
+        """Let a paused runner go on; False if it died meanwhile."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return self.alive
+
+    def stop(self) -> None:
+        """Kill the runner and everything it started, and remove its files."""
+        self._finalizer()
+        self.arena.release()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None and self._stopped_for is None
+
+
+def _int(x: object) -> int:
+    return x if type(x) is int else 0
+
+
+# One runner per candidate in a judge process ------------------------------------------------
+class RemoteEntry:
+    """The candidate's entry as the gates see it: call it with tensors, get a tuple back."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.last: CallReport | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple:
+        # Keyword arguments come from `make_inputs`, in the entry's parameter order.
+        self.last = self.runner.call([*args, *kwargs.values()])
+        return self.last.outs
+
+
+class Runners:
+    """The judge's runners: the one holding the current candidate, and spares booting for the
+    next ones (so a new candidate does not wait for Python, torch and the cage)."""
+
+    def __init__(self) -> None:
+        self.current: Runner | None = None
+        self.parked: list[Runner] = []
+        """Runners that held a recent candidate, stopped (SIGSTOP) until it comes back, most
+        recent first."""
+        self.keep_held = 1
+        """Runners holding a candidate, the current one included: with more than one, a
+        candidate's next stage finds its runner (kernels compiled, first calls made) even when
+        another candidate ran in between, as with several loops in flight."""
+        self.spares: list[Runner] = []
+        """Booted or booting, oldest first."""
+        self.keep_spares = 0
+        """Spares kept booting: each one taken is replaced at once (a pool's workers). On a GPU a
+        runner boots in seconds (torch, the CUDA context, Triton's driver), and when stages of
+        different candidates follow each other faster than that, one spare is not enough."""
+        self.memory_bytes: int | None = None
+        """Each runner's memory limit; None: half of physical memory."""
+        self.device: str | None = None
+        self.reference_dirs: list[str] = []
+        self.loads = 0
+        """Candidates loaded into fresh runners."""
+
+    def _new(self) -> Runner:
+        return Runner(self.device, reference_dirs=self.reference_dirs, memory_bytes=self.memory_bytes)
+
+    def for_code(self, code: str, entry: str, device: str,
+                 reference_dirs: list[str]) -> tuple[Runner, list[str]]:
+        """The runner holding `code`: the current one, a parked one resumed, or a fresh one it
+        is loaded into; also the torch settings its import changed (empty when it was loaded
+        before)."""
+        digest = hashlib.sha256(code.encode()).hexdigest()
+        if self.current is not None and self.current.code_hash == digest and self.current.alive:
+            return self.current, []
+        if self.device != device or self.reference_dirs != reference_dirs:
+            self.close()
+            self.device, self.reference_dirs = device, list(reference_dirs)
+        parked = next((r for r in self.parked if r.code_hash == digest), None)
+        if parked is not None:
+            self.parked.remove(parked)
+        self._park_current()
+        if parked is not None:
+            if parked.resume():
+                self.current = parked
+                return parked, []
+            parked.stop()
+        runner = self.spares.pop(0) if self.spares else self._new()
+        self.current = runner
+        self.loads += 1
+        while len(self.spares) < self.keep_spares:
+            self.spares.append(self._new())
+        return runner, runner.load(code, entry)
+
+    def prestart(self, device: str, reference_dirs: list[str]) -> None:
+        """Start the spares booting now (at least one), for the first candidates to come."""
+        if not self.spares:
+            self.device, self.reference_dirs = device, list(reference_dirs)
+        while len(self.spares) < max(1, self.keep_spares):
+            self.spares.append(self._new())
+
+    def wait_spare(self) -> None:
+        """Wait until the next spare has booted; one that cannot start is dropped (its
+        candidate's stage then starts a runner of its own and says why it failed)."""
+        if self.spares:
+            try:
+                self.spares[0].wait_ready()
+            except Exception:  # noqa: BLE001
+                self.spares.pop(0).stop()
+
+    def _park_current(self) -> None:
+        """Stop the current runner, or park it when runners are held for returning candidates
+        (the least recent parked one beyond `keep_held` is stopped)."""
+        runner, self.current = self.current, None
+        if runner is None:
+            return
+        if self.keep_held < 2 or runner.code_hash is None:
+            runner.stop()
+            return
+        try:
+            runner.park()
+            parked = runner.pause()
+        except CandidateFailure:
+            parked = False
+        if not parked:
+            runner.stop()
+            return
+        self.parked.insert(0, runner)
+        while len(self.parked) > self.keep_held - 1:
+            self.parked.pop().stop()
+
+    def stop_current(self) -> None:
+        if self.current is not None:
+            self.current.stop()
+            self.current = None
+
+    def close(self) -> None:
+        self.stop_current()
+        while self.parked:
+            self.parked.pop().stop()
+        while self.spares:
+            self.spares.pop().stop()
+
+
+RUNNERS = Runners()
+
+
+def runner_isolation() -> dict[str, Any]:
+    """Which layers of the cage this judge's runners have, as a runner reported them when it
+    booted (before any candidate), and which arena they get: a sandbox job, for the audit's
+    verdict and the run's first lines. Empty when no runner has booted."""
+    if RUNNERS.current is None:
+        RUNNERS.wait_spare()
+    runner = RUNNERS.current or next(iter(RUNNERS.spares), None)
+    if runner is None:
+        return {}
+    iso = dict(runner.isolation)
+    if runner.device == "cpu":
+        iso["arena"] = "host"
+    elif isinstance(runner.arena, DeviceArena):
+        iso["arena"] = "device"
+    else:
+        refused = f" (the driver refused device memory: {_device_arena_refused[0][:120]})" \
+            if _device_arena_refused else ""
+        iso["arena"] = "host" + refused
+    return iso
+
+
+def describe_isolation(iso: dict[str, Any]) -> str:
+    """One line: `network namespace, files namespace, own uid, limits AS 4 GiB NPROC 512 ...,
+    arena host`, and any layer the kernel did not allow, from `runner_isolation()`."""
+    if not iso:
+        return "unknown (no runner booted)"
+    text = lambda key: str(iso.get(key, "?"))[:40]  # noqa: E731
+    uid = iso.get("uid")
+    parts = [f"network {text('network')}", f"files {text('files')}",
+             f"own uid {uid}" if type(uid) is int and uid >= 0 else "the judge's uid"]
+    limits = iso.get("limits")
+    if isinstance(limits, dict) and limits:
+        names = {str(k): str(k).removeprefix("RLIMIT_")[:8] for k in limits}
+        shown = [f"{names[str(k)]} {_amount(names[str(k)], v)}" for k, v in list(limits.items())[:10]]
+        parts.append("limits " + ", ".join(shown))
+    if "arena" in iso:
+        parts.append(f"arena {text('arena')}")
+    notes = iso.get("notes")
+    line = ", ".join(parts)
+    if isinstance(notes, list) and notes:
+        line += "; " + "; ".join(str(n)[:100] for n in notes[:3])
+    return line
+
+
+def _amount(name: str, value: object) -> str:
+    if type(value) is not int:
+        return "?"
+    if name in ("AS", "FSIZE", "DATA", "RSS") and value >= 2**20:
+        return f"{value / 2**30:.3g} GiB" if value >= 2**30 else f"{value // 2**20} MiB"
+    return str(value)
+
+
+def reference_dirs(task: Any) -> list[str]:
+    """What a runner must not read for this task: the task suite's directory."""
+    return [str(task.tasks_dir.resolve())]
+
+
+def run_gate(gate: str, code: str, task: Any, device: str, body: Any) -> GateResult:
+    """Load `code` into this judge's runner and run `body(runner, import_changes)`, a gate on
+    it; a candidate that does not load, or a runner that fails outside the gate's own handling,
+    gives a failed result with the reason. The runner's findings are added at the end."""
+    start = time.perf_counter()
+    runner = None
+    failed = lambda error, findings=(): GateResult(
+        gate=gate, passed=False, error=error, findings=list(findings), seconds=time.perf_counter() - start)
+    try:
+        runner, changes = RUNNERS.for_code(code, task.entry, device, reference_dirs(task))
+        result = body(runner, changes)
+    except CandidateError as exc:
+        result = failed(str(exc))
+    except CandidateFailure as exc:
+        rule = [sandbox_finding(exc.rule, exc.described)] if exc.rule else []
+        result = failed(exc.described, rule)
+    return finish(result, runner or RUNNERS.current)
+
+
+def finish(result: GateResult, runner: Runner | None) -> GateResult:
+    """The gate's result with the runner's findings added (any of them rejects)."""
+    if runner is None:
+        return result
+    if runner.alive:
+        runner.check_leftovers()
+    found = runner.take_findings()
+    if not found:
+        return result
+    findings = list(result.findings) + [f for f in found if f not in result.findings]
+    return result.model_copy(update={"findings": findings, "passed": False})
