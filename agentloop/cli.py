@@ -158,7 +158,7 @@ def audit(
         if verdict.verdict == "reject" or "Warnings" in verdict.feedback:
             console.print(verdict.feedback, highlight=False, markup=False, soft_wrap=True)
         if verdict.isolation is not None:
-            from gates.judge.remote import describe_isolation
+            from gates.judge.isolation import describe_isolation
 
             console.print(f"[dim]caged: {describe_isolation(verdict.isolation)}[/]", highlight=False)
         colour = "green" if verdict.verdict == "accept" else "bold red"

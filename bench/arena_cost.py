@@ -22,7 +22,7 @@ from gates.contract import get_task  # noqa: E402
 from gates.corpus import load_manifest  # noqa: E402
 from gates.correctness import correctness_job  # noqa: E402
 from gates.dynamic import dynamic_job  # noqa: E402
-from gates.judge import remote  # noqa: E402
+from gates.judge import runner_pool  # noqa: E402
 
 GATES = {"dynamic": dynamic_job, "correctness": correctness_job}
 
@@ -33,19 +33,19 @@ def candidate(task) -> str:
 
 
 def measure(task, code: str, arena: str) -> list[dict]:
-    os.environ[remote.ARENA_VARIABLE] = arena
+    os.environ[arena.ARENA_VARIABLE] = arena
     rows = []
     for gate, job in GATES.items():
-        remote.RUNNERS.close()  # a fresh runner for the first run of each gate
+        runner_pool.RUNNERS.close()  # a fresh runner for the first run of each gate
         for run in ("fresh", "held"):
             start = time.perf_counter()
             result = job(code, task, "cuda")
-            kind = type(remote.RUNNERS.current.arena).__name__ if remote.RUNNERS.current else None
+            kind = type(runner_pool.RUNNERS.current.arena).__name__ if runner_pool.RUNNERS.current else None
             rows.append({"task": task.name, "arena": arena, "gate": gate, "run": run, "arena_kind": kind,
                          "seconds": round(time.perf_counter() - start, 3), "passed": result.passed,
                          "error": result.error})
             print(json.dumps(rows[-1]), flush=True)
-    remote.RUNNERS.close()
+    runner_pool.RUNNERS.close()
     return rows
 
 

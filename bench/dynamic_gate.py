@@ -25,11 +25,12 @@ import statistics
 import sys
 from pathlib import Path
 
-from gates.audit import DEFAULT_TIMEOUT, default_device, static_result
+from gates.audit import DEFAULT_TIMEOUT, default_device
 from gates.contract import TaskError, load_task, tasks_dir
 from gates.corpus import load_manifest, manifest_path
 from gates.dynamic import plan_size
 from gates.judge.sandbox import Job, Sandbox
+from gates.source import static_result
 
 
 def measured_label(entry, device: str) -> tuple[str, str]:

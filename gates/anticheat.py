@@ -16,7 +16,7 @@ import torch
 
 from gates.batching import as_bits
 from gates.contract import Task
-from gates.judge.remote import Runner
+from gates.judge.client import Runner
 from gates.plan import gate_dtypes
 from gates.reference import as_outputs, make_inputs, reference_fn
 from gates.verdict import Finding

@@ -2,12 +2,11 @@
 
 The static gate reads the source in this process; every gate that runs candidate code
 (dynamic, correctness with anti-cheat) runs in a judge worker process (`gates.judge.sandbox`), which
-runs the candidate in a caged runner of its own (`gates.judge.remote`).
+runs the candidate in a caged runner of its own (`gates.judge.client`).
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import time
 from collections.abc import Sequence
@@ -21,7 +20,8 @@ from gates.judge.environment import redact
 from gates.judge.sandbox import Job, Sandbox
 from gates.library import IMPORT_FAILED, LibraryEntry
 from gates.library import static_result as library_static
-from gates.verdict import Finding, GateResult, Verdict
+from gates.source import read_candidate, static_result
+from gates.verdict import GateResult, Verdict
 
 GATES = ("static", "dynamic", "correctness")
 JOBS = {"dynamic": "gates.dynamic:dynamic_job", "correctness": "gates.correctness:correctness_job"}
@@ -34,53 +34,6 @@ def default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _defines(tree: ast.Module, name: str) -> bool:
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return True
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
-            return True
-        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
-            return True
-    return False
-
-
-def read_candidate(candidate: Path, task: Task) -> str:
-    """The candidate's source; CandidateError (one line) when the file is missing, does not
-    parse, or does not define the task's entry function."""
-    if not candidate.is_file():
-        raise CandidateError(f"{candidate}: candidate file not found")
-    try:
-        source = candidate.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CandidateError(f"{candidate}: cannot read candidate ({exc})") from None
-    try:
-        tree = ast.parse(source, filename=str(candidate))
-    except SyntaxError as exc:
-        raise CandidateError(f"{candidate}: line {exc.lineno}: syntax error: {exc.msg}") from None
-    if not _defines(tree, task.entry):
-        raise CandidateError(f"{candidate}: no entry function {task.entry!r} "
-                             f"(task {task.name} calls {task.entry}(...))")
-    return source
-
-
-def static_result(source: str, task: Task, candidate: Path) -> GateResult:
-    """The static gate's result, or a warning when it is not installed."""
-    start = time.perf_counter()
-    try:
-        from gates.static import static_gate
-    except ModuleNotFoundError as exc:
-        if exc.name != "gates.static":
-            raise
-        return GateResult(gate="static", passed=True, findings=[Finding(
-            rule="GATE", severity="warning", message="the static gate is not installed; not run")])
-    try:
-        return static_gate(source, task, filename=str(candidate))
-    except Exception as exc:  # noqa: BLE001 - a bug in the static gate must not pass silently
-        return GateResult(gate="static", passed=False, seconds=time.perf_counter() - start,
-                          error=f"static gate failed: {type(exc).__name__}: {exc}")
 
 
 def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str] | None = None,
@@ -127,7 +80,7 @@ def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str]
             if library and error.startswith(IMPORT_FAILED):  # the input is unusable, not rejected
                 raise CandidateError(f"--entry {library.spec}: {error}")
         if sandbox is not None and any(g in JOBS for g in wanted):
-            said = sandbox.run(Job("gates.judge.remote:runner_isolation", {}), 60)
+            said = sandbox.run(Job("gates.judge.isolation:runner_isolation", {}), 60)
             isolation = said.value if said.ok and isinstance(said.value, dict) else None
     finally:
         if own:

@@ -15,7 +15,8 @@ import torch
 from gates.anticheat import anticheat_findings
 from gates.candidate import describe_exception
 from gates.contract import Task, Tolerance
-from gates.judge.remote import RemoteEntry, Runner, run_gate
+from gates.judge.client import RemoteEntry, Runner
+from gates.judge.runner_pool import run_gate
 from gates.reference import as_outputs, make_inputs, reference_fn
 from gates.verdict import Finding, GateResult
 
@@ -191,7 +192,7 @@ def correctness_gate(fn: Callable, task: Task, device: str, *,
 
 def correctness_job(code: str, task: Task, device: str) -> GateResult:
     """The correctness gate and the anti-cheat checks as one sandbox job; the candidate runs in
-    a caged runner (`gates.judge.remote`), the comparisons here."""
+    a caged runner (`gates.judge.client`), the comparisons here."""
     start = time.perf_counter()
 
     def body(runner: Runner, import_changes: list[str]) -> GateResult:

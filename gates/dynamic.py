@@ -20,7 +20,8 @@ from pydantic import BaseModel
 from gates.batching import RowPools, as_bits
 from gates.candidate import describe_exception
 from gates.contract import Task
-from gates.judge.remote import RemoteEntry, run_gate
+from gates.judge.client import RemoteEntry
+from gates.judge.runner_pool import run_gate
 from gates.plan import (
     CPU_SINGLES,
     NEAR_TIE,
@@ -123,7 +124,7 @@ def plan_size(task: Task, device: str, seed: int = 0) -> PlanSize:
 
 def dynamic_job(code: str, task: Task, device: str, seed: int = 0) -> GateResult:
     """The dynamic gate as a sandbox job: the candidate runs in a caged runner
-    (`gates.judge.remote`), the gate here."""
+    (`gates.judge.client`), the gate here."""
     return run_gate("dynamic", code, task, device,
                     lambda runner, _: dynamic_gate(RemoteEntry(runner), task, device, seed=seed))
 

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from gates.contract import Task
 from gates.runner.loader import CandidateError
+from gates.source import read_candidate
+from gates.source import static_result as source_static_result
 from gates.verdict import GateResult
 
 SPEC = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
@@ -154,8 +156,6 @@ def resolve_entry(spec: str, task: Task, adapter: str | Path | None = None,
     """The library callable `spec` as the task's entry; CandidateError (one line) when the spec
     is malformed, the module is not on the import path, it has no such attribute, or the
     adapter cannot be used."""
-    from gates.audit import read_candidate
-
     module, attr = parse_spec(spec)
     module_file, exists = find_module(module, search)
     if not exists:
@@ -195,15 +195,13 @@ def resolve_entry(spec: str, task: Task, adapter: str | Path | None = None,
 def static_result(entry: LibraryEntry, task: Task) -> GateResult:
     """The static gate on the module's source and the entry; findings on the adapter's lines
     are renamed to them."""
-    from gates.audit import static_result as gate
-
     if entry.static_source is None:
         from gates.verdict import Finding
 
         return GateResult(gate="static", passed=True, findings=[Finding(
             rule="BI000", severity="warning",
             message=f"{entry.module} has no Python source to analyse (an extension module); not checked")])
-    result = gate(entry.static_source, task, entry.module_file)
+    result = source_static_result(entry.static_source, task, entry.module_file)
     if entry.adapter is None or not entry.adapter_offset:
         return result
     offset, name = entry.adapter_offset, entry.adapter.name

@@ -54,4 +54,4 @@ class Verdict(BaseModel):
     feedback: str = Field(default="", exclude=True)
     """The rejection rendered for an LLM; not part of the JSON shape of SPEC.md §3."""
     isolation: dict[str, Any] | None = None
-    """The cage the candidate ran in (`gates.judge.remote.runner_isolation`); None when no gate ran it."""
+    """The cage the candidate ran in (`gates.judge.isolation.runner_isolation`); None when no gate ran it."""

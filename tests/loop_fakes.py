@@ -11,11 +11,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from agentloop.campaign.file import Budget, Cell
 from agentloop.evaluation.benchmark import BenchmarkResult, ShapeTiming
 from agentloop.evaluation.cache import CachedEvaluator
 from agentloop.evaluation.stages import EvalSettings, StageOutcome, code_hash
 from agentloop.evaluation.timer import Timing
+from agentloop.loop.cell import Budget, Cell
 from agentloop.loop.context import LoopContext
 from agentloop.loop.styles import make_style
 from agentloop.providers import Completion, ExchangeRecorder, Message, Provider, get_provider

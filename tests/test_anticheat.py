@@ -8,7 +8,8 @@ import pytest
 from gates.anticheat import anticheat_findings
 from gates.candidate import CandidateError
 from gates.contract import get_task
-from gates.judge.remote import CandidateFailure, Runner, reference_dirs
+from gates.judge.client import CandidateFailure, Runner
+from gates.judge.runner_pool import reference_dirs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rms_norm"
 RMS = get_task("rms_norm")

@@ -1,4 +1,4 @@
-"""The device arena (gates.runner.device_memory, gates.judge.remote.DeviceArena): GPU runners get
+"""The device arena (gates.runner.device_memory, gates.judge.arena.DeviceArena): GPU runners get
 their inputs and hand back their outputs in device memory shared with the judge. Needs a GPU
 (skipped here; run on the GPU host); on the CPU every runner uses the host arena, which the
 rest of the suite covers."""
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from gates.contract import get_task
-from gates.judge.remote import DeviceArena, HostArena, Runners, reference_dirs
+from gates.judge.arena import DeviceArena, HostArena
+from gates.judge.runner_pool import Runners, reference_dirs
 from gates.runner.device_memory import SharedDeviceMemory
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

@@ -9,10 +9,11 @@ from collections import Counter
 import pytest
 from loop_fakes import REAL_CORPUS, FakePool, ScriptedProvider, loop_context, marks
 
-from agentloop.campaign.file import Budget, parse_campaign
+from agentloop.campaign.file import parse_campaign
 from agentloop.campaign.run import checkpointer, run_campaign, run_loop_graph
 from agentloop.evaluation.pool import WorkerPool
 from agentloop.evaluation.stages import STAGES, code_hash
+from agentloop.loop.cell import Budget
 from agentloop.loop.graph import build_graph
 from agentloop.loop.state import LoopState
 from agentloop.results.store import Store

@@ -17,7 +17,8 @@ def test_reference_documents_match_the_code():
 
 
 def test_every_campaign_key_is_documented():
-    from agentloop.campaign.file import Budget, Campaign, EvalOptions
+    from agentloop.campaign.file import Campaign, EvalOptions
+    from agentloop.loop.cell import Budget
 
     for model in (Campaign, Budget, EvalOptions):
         docs = field_docs(model)

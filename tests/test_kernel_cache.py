@@ -10,7 +10,8 @@ import pytest
 
 from gates.contract import get_task
 from gates.judge import kernel_cache
-from gates.judge.remote import Runner, reference_dirs
+from gates.judge.client import Runner
+from gates.judge.runner_pool import reference_dirs
 
 RMS = get_task("rms_norm")
 WRITES = '''

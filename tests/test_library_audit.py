@@ -105,8 +105,8 @@ def test_findings_on_the_adapter_name_its_line(site, tmp_path):
 sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
 import library_audit  # noqa: E402
 
-from gates.audit import read_candidate  # noqa: E402
 from gates.library import _adapter_for_static  # noqa: E402
+from gates.source import read_candidate  # noqa: E402
 
 
 @pytest.mark.parametrize("audit", library_audit.AUDITS, ids=lambda a: f"{a.library}-{a.task}")

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from agentloop.campaign.file import Cell
 from agentloop.campaign.run import LoopProgress, thread_id
+from agentloop.loop.cell import Cell
 
 
 def test_progress_shows_stage_resumed_count_and_the_file_waited_for(caplog):

@@ -241,8 +241,8 @@ def _cached(out: Path) -> bool:
 
 
 def test_ray_selection_and_errors(tmp_path, monkeypatch):
+    from agentloop.campaign.backend import evaluation_pool, ray_address
     from agentloop.campaign.file import CampaignError
-    from agentloop.evaluation.cluster import evaluation_pool, ray_address
     from agentloop.evaluation.cluster.ray_pool import ClusterError, connect
 
     plain = parse_campaign(CAMPAIGN)
@@ -297,7 +297,7 @@ def test_the_cage_is_the_first_actors_with_a_note_for_each_actor_that_differs():
     import threading
 
     from agentloop.evaluation.cluster.ray_pool import RayPool, _Actor
-    from gates.judge.remote import describe_isolation
+    from gates.judge.isolation import describe_isolation
 
     caged = {"network": "namespace", "files": "namespace", "uid": 1001, "limits": {"NPROC": 512},
              "arena": "host"}

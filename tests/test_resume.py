@@ -20,10 +20,10 @@ import yaml
 from loop_fakes import REAL_CORPUS, ScriptedProvider, loop_context
 from procs import children
 
-from agentloop.campaign.file import Budget, Cell
 from agentloop.campaign.run import LatestCheckpoints, checkpointer, run_loop_graph, thread_id
 from agentloop.campaign.status import run_status
 from agentloop.evaluation.stages import StageOutcome
+from agentloop.loop.cell import Budget, Cell
 from agentloop.loop.graph import build_graph
 from agentloop.loop.llm import AgentLLM
 from agentloop.loop.state import Candidate, Usage

@@ -1,4 +1,4 @@
-"""A judge's runners (gates.judge.remote.Runners) on the CPU: spares kept booting, taken oldest first
+"""A judge's runners (gates.judge.runner_pool.Runners) on the CPU: spares kept booting, taken oldest first
 and replaced at once; a candidate's runner is stopped when the next candidate comes."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import torch
 from procs import state
 
 from gates.contract import get_task
-from gates.judge.remote import Runner, Runners, reference_dirs
+from gates.judge.client import Runner
+from gates.judge.runner_pool import Runners, reference_dirs
 from gates.judge.runner_process import UID_SLOTS
 
 RMS = get_task("rms_norm")
@@ -118,7 +119,7 @@ def test_a_runner_out_of_memory_in_its_own_copies_answers_in_the_protocol():
     a broken protocol (SB007), and nothing to blame the candidate for; the pool runs such a stage
     again (agentloop.evaluation.pool). The runner is stopped all the same, and the candidate's next stage
     gets a fresh one."""
-    from gates.judge.remote import CandidateFailure
+    from gates.judge.client import CandidateFailure
 
     # On its second call the candidate lowers its address-space limit: the driver's copy of
     # the next new input (256 MB) no longer fits (the arena had grown in the first call).

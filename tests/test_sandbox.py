@@ -194,7 +194,7 @@ def test_worker_and_its_directory_end_when_its_parent_is_killed_mid_job(tmp_path
 def test_a_library_that_takes_a_multiprocessing_lock_at_import_loads_in_its_runner():
     """The runner's /dev/shm is its own empty tmpfs, writable (FlagGems takes a lock at import;
     a 0755 root tmpfs made every op of it fail to import on the H200)."""
-    from gates.judge.remote import Runner
+    from gates.judge.client import Runner
 
     code = ("import multiprocessing\nimport torch\n_lock = multiprocessing.Lock()\n\n"
             "def rms_norm(x, weight, eps):\n    with _lock:\n        return x * weight\n")

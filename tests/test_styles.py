@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from loop_fakes import ScriptedProvider, loop_context
 
-from agentloop.campaign.file import Budget
 from agentloop.campaign.run import checkpointer, run_loop_graph, thread_id
 from agentloop.evaluation.stages import STAGES, StageOutcome
+from agentloop.loop.cell import Budget
 from agentloop.loop.graph import build_graph
 from agentloop.loop.llm import AgentLLM
 from agentloop.loop.prompts import Prompts, task_brief, without_code

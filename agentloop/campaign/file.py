@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentloop.evaluation.stages import EvalSettings, Stage
+from agentloop.loop.cell import Budget, Cell
 from agentloop.loop.prompts import MODES, Mode
 from agentloop.loop.styles import STYLES, EvolveSettings, RefineSettings, Role, StyleName, TeamSettings
 from agentloop.results.archive import ArchiveOptions
@@ -25,21 +26,6 @@ class CampaignError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class Budget(_Strict):
-    """When one loop (one task in one cell) stops: the first limit reached ends it."""
-
-    iterations: int = Field(default=6, ge=1)
-    """Candidates the agent may propose."""
-    llm_calls: int | None = Field(default=None, ge=1)
-    """LLM calls (a team spends several per candidate)."""
-    tokens: int | None = Field(default=None, ge=1)
-    """Input plus output tokens."""
-    wall_s: float | None = Field(default=None, gt=0)
-    """Seconds spent in the loop (summed over resumed runs)."""
-    target_speedup: float | None = Field(default=None, gt=0)
-    """Stop once the final kernel would reach this speedup over the reference."""
 
 
 class EvalOptions(_Strict):
@@ -77,20 +63,6 @@ class Cluster(_Strict):
     timing_device: str | None = None
     """The device type that times every benchmark (e.g. "NVIDIA H200"), so that speedups are only
     compared within one type; default the most common type among the actors at start."""
-
-
-class Cell(BaseModel):
-    """One (style, mode, provider) combination of a campaign."""
-
-    model_config = ConfigDict(frozen=True)
-    style: StyleName
-    mode: Mode
-    provider: str
-
-    @property
-    def id(self) -> str:
-        """How the results store names the cell."""
-        return f"{self.style}/{self.mode}/{self.provider}"
 
 
 class Campaign(_Strict):

@@ -45,15 +45,16 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from agentloop.campaign.file import Campaign, CampaignError, Cell
+from agentloop.campaign.file import Campaign, CampaignError
 from agentloop.evaluation.cache import CachedEvaluator
 from agentloop.evaluation.pool import WorkerPool
+from agentloop.loop.cell import Cell
 from agentloop.loop.context import LoopContext, RunAborted
 from agentloop.loop.graph import build_graph
 from agentloop.loop.state import Candidate, LoopState
 from agentloop.loop.styles import ROLES, make_style
 from agentloop.providers import ExchangeRecorder, Provider, ProviderError, get_provider
-from agentloop.results.archive import archive_context
+from agentloop.results.archive import ArchiveOptions, loop_seeds, open_archive
 from agentloop.results.store import Store, StoreFrozen
 from gates.contract import Task, get_task
 
@@ -93,7 +94,7 @@ def _say_isolation(pool: Any, console: Console, taken: dict) -> None:
     """Print the cage the candidates run in (network and file namespaces or the audit hook's
     blocks, uid, limits, arena) once a worker can say, without holding up the first loops;
     it goes into the run's provenance too."""
-    from gates.judge.remote import describe_isolation
+    from gates.judge.isolation import describe_isolation
 
     def say() -> None:
         try:
@@ -243,6 +244,16 @@ def checkpointer(path: Path, keep: int | None = LatestCheckpoints.keep) -> Lates
 
 def thread_id(cell: Cell, task: str) -> str:
     return f"{cell.id}|{task}"
+
+
+def archive_context(campaign: Any, run_dir: Path, loop: str, task: str, mode: str) -> dict[str, Any]:
+    """The archive-related fields of a loop's context (`LoopContext`): the archive it records
+    into, the kernels it starts from, the campaign's name."""
+    options: ArchiveOptions = campaign.archive
+    path = options.file(run_dir)
+    return {"archive": open_archive(path) if options.record else None,
+            "seeds": loop_seeds(options, run_dir, campaign.device, loop, task, mode),
+            "campaign_name": campaign.name}
 
 
 def make_providers(campaign: Campaign) -> dict[str, Provider]:
@@ -435,7 +446,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
     reason "idle") once every loop that could run waits for an `exchange:` answer. `ray`: the
     Ray cluster to evaluate on (`--ray`; "off": the local pool), over the campaign's `cluster`;
     `pool_factory` (tests) over both."""
-    from agentloop.evaluation.cluster import evaluation_pool
+    from agentloop.campaign.backend import evaluation_pool
 
     started = time.perf_counter()
     taken = provenance(campaign, time.time())

@@ -36,7 +36,7 @@ from agentloop.evaluation.timer import (
 )
 from gates.contract import Baseline, Task
 from gates.correctness import compare_outputs
-from gates.judge.remote import CandidateFailure, RemoteEntry, Runner, sandbox_finding
+from gates.judge.client import CandidateFailure, RemoteEntry, Runner, sandbox_finding
 from gates.reference import as_outputs, baseline_fn, make_inputs
 from gates.verdict import Finding
 

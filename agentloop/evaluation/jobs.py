@@ -2,7 +2,7 @@
 only reads source, so the pool runs it in the orchestrator).
 
 Every job runs inside a `gates.judge.sandbox.Sandbox` worker process, the judge, and receives the
-candidate's code; the judge hands it to a caged runner process (`gates.judge.remote`) and never
+candidate's code; the judge hands it to a caged runner process (`gates.judge.client`) and never
 imports it. The gate jobs are the gates' own (`gates.dynamic.dynamic_job`,
 `gates.correctness.correctness_job`); the benchmark job is
 `agentloop.evaluation.benchmark.benchmark_candidate`, with the candidate timed in its runner and the
@@ -36,7 +36,8 @@ def compile_job(code: str, task: Task, device: str) -> GateResult:
     """Load the candidate in a runner, check it defines the entry function, and call it once at
     the smallest shape (so import errors, Triton compile errors and launch errors surface here)."""
     from gates.candidate import describe_exception
-    from gates.judge.remote import RemoteEntry, run_gate
+    from gates.judge.client import RemoteEntry
+    from gates.judge.runner_pool import run_gate
     from gates.reference import make_inputs
 
     def body(runner, _changes) -> GateResult:
@@ -76,7 +77,8 @@ def benchmark_job(code: str, task: Task, device: str, cuda_graph: bool = False,
                   compile_reference: bool = False, production_baselines: bool = True) -> BenchmarkResult:
     """Time the candidate (in its runner) against the reference (here) on the task's bench
     shapes (agentloop.evaluation.benchmark), with the task's production baselines unless told not to."""
-    from gates.judge.remote import RUNNERS, CandidateFailure, reference_dirs
+    from gates.judge.client import CandidateFailure
+    from gates.judge.runner_pool import RUNNERS, reference_dirs
     from gates.reference import reference_fn
     from gates.runner.loader import CandidateError
 
@@ -94,7 +96,7 @@ def benchmark_job(code: str, task: Task, device: str, cuda_graph: bool = False,
 def ping() -> int:
     """The worker's process id, once its next spare runner has booted too (warm-up, tests): so
     the first candidate's stages do not count the runner's start-up."""
-    from gates.judge.remote import RUNNERS
+    from gates.judge.runner_pool import RUNNERS
 
     RUNNERS.wait_spare()
     return os.getpid()
@@ -106,7 +108,7 @@ def release_runners() -> None:
     (gates.judge.sandbox)."""
     import gc
 
-    from gates.judge.remote import RUNNERS
+    from gates.judge.runner_pool import RUNNERS
 
     RUNNERS.close()
     gc.collect()  # so that cycles are gone before the cache is emptied
@@ -115,7 +117,7 @@ def release_runners() -> None:
 def runner_state() -> dict:
     """The worker's runners (diagnostics, tests): the current one's and the parked ones' process
     ids, and how many candidates were loaded into fresh runners."""
-    from gates.judge.remote import RUNNERS
+    from gates.judge.runner_pool import RUNNERS
 
     current = RUNNERS.current.proc.pid if RUNNERS.current is not None else None
     return {"current": current, "parked": [r.proc.pid for r in RUNNERS.parked], "loads": RUNNERS.loads}

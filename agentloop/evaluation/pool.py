@@ -110,7 +110,7 @@ class _Worker:
     """`sandbox.restarts` when the worker was last seen started (-1: not yet)."""
     held: list[str] = field(default_factory=list)
     """Hashes of the candidates the worker's runners hold (its current one and the parked
-    ones, gates.judge.remote.Runners), most recent first, as the worker keeps them."""
+    ones, gates.judge.runner_pool.Runners), most recent first, as the worker keeps them."""
     keep_for: str | None = None
     """Set by the caller before giving the worker back: the candidate whose next stage it is
     kept for (RETURN_GRACE_S)."""
@@ -221,10 +221,10 @@ class WorkerPool:
 
     def isolation(self) -> dict:
         """The cage the candidates run in, as one worker's runner reports it
-        (`gates.judge.remote.runner_isolation`); empty if it could not say."""
+        (`gates.judge.isolation.runner_isolation`); empty if it could not say."""
         with self._worker(None) as worker:
             _start(worker)
-            said = worker.sandbox.run(Job("gates.judge.remote:runner_isolation", {}), timeout=120)
+            said = worker.sandbox.run(Job("gates.judge.isolation:runner_isolation", {}), timeout=120)
         return said.value if said.ok and isinstance(said.value, dict) else {}
 
     def close(self) -> None:

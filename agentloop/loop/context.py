@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentloop.campaign.file import Budget, Cell
 from agentloop.evaluation.cache import CachedEvaluator
+from agentloop.loop.cell import Budget, Cell
 from agentloop.loop.llm import AgentLLM
 from agentloop.loop.prompts import Prompts, task_brief
 from agentloop.loop.state import Candidate, LoopState

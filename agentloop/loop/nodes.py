@@ -18,11 +18,10 @@ from langgraph.runtime import Runtime
 from agentloop.evaluation.benchmark import BenchmarkResult
 from agentloop.evaluation.stages import BI_STAGES, STAGES, Stage, code_hash
 from agentloop.loop.context import LoopContext
-from agentloop.loop.records import record_candidate
+from agentloop.loop.records import archive_candidate, record_candidate
 from agentloop.loop.state import Candidate, LoopState
 from agentloop.loop.styles import Proposing
 from agentloop.providers.extract import extract_code
-from agentloop.results.archive import archive_candidate
 from agentloop.results.store import kernel_file
 from gates.feedback import render_gate
 

@@ -7,6 +7,7 @@ on resume does not record its candidates twice.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from agentloop.evaluation.stages import BI_STAGES, STAGES, code_hash
@@ -70,3 +71,19 @@ def record_candidate(ctx: LoopContext, c: Candidate, parent: int | None) -> int:
                                  s.reference.median_ms if s.reference.n else None,
                                  s.speedup if s.speedup > 0 else None)
     return cid
+
+
+def archive_candidate(ctx: LoopContext, c: Candidate) -> None:
+    """Add an accepted, benchmarked candidate to the loop's archive, when the run records into one."""
+    bench = c.stages["benchmark"].benchmark if "benchmark" in c.stages else None
+    if ctx.archive is None or not c.accepted or c.code is None or bench is None or bench.speedup <= 0:
+        return
+    shapes = [{"dims": s.dims, "candidate_ms": s.candidate.median_ms, "reference_ms": s.reference.median_ms,
+               "baselines": {n: t.median_ms for n, t in s.baselines.items()}} for s in bench.shapes]
+    ctx.archive.add({
+        "task": ctx.task.name, "device": ctx.device, "device_name": bench.device_name, "dtype": bench.dtype,
+        "mode": ctx.cell.mode, "style": ctx.cell.style, "provider": ctx.cell.provider,
+        "campaign": ctx.campaign_name, "run_dir": str(ctx.run_dir.resolve()), "cell": ctx.cell.id,
+        "iteration": c.number, "hash": c.code_hash, "code": c.code, "bi_static": _flag(c.passed("static")),
+        "bi_dynamic": _flag(c.passed("dynamic")), "speedup": bench.speedup,
+        "production_speedup": bench.production_speedup, "shapes": json.dumps(shapes)})

@@ -19,6 +19,9 @@ from typing import Any, ClassVar, Literal, TypeVar
 import tenacity
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentloop.providers.errors import MissingKeyError, ProviderError, RetryableError
+from agentloop.providers.pricing import cost_usd, load_prices
+
 T = TypeVar("T")
 
 
@@ -48,23 +51,6 @@ class Completion(BaseModel):
     provider: str
     cost_usd: float | None = None
     """None when the price table has no entry for the model (a local server, say)."""
-
-
-class ProviderError(RuntimeError):
-    """A call that cannot succeed as asked; the message is one line saying what to do."""
-
-
-class MissingKeyError(ProviderError):
-    """The environment variable holding the API key is not set."""
-
-
-class RetryableError(ProviderError):
-    """A transient failure (rate limit, 5xx, timeout, lost connection) worth another attempt."""
-
-    def __init__(self, message: str, retry_after: float | None = None):
-        super().__init__(message)
-        self.retry_after = retry_after
-        """Seconds the server asked us to wait, when it said."""
 
 
 class RetryPolicy(BaseModel):
@@ -211,7 +197,6 @@ class HTTPProvider(Provider):
             raise ProviderError(f"{self.name} needs a model: {self.name}:<model>")
         super().__init__(model, **options)
         self.api_key = require_env(self.key_var)
-        from agentloop.providers.pricing import load_prices  # pricing imports this module
 
         self.prices = load_prices(self.options.prices_file)
 
@@ -220,7 +205,6 @@ class HTTPProvider(Provider):
         raise NotImplementedError
 
     def complete(self, messages: list[Message], *, seed: int | None = None) -> Completion:
-        from agentloop.providers.pricing import cost_usd
 
         start = time.perf_counter()
         text, n_in, n_out = call_with_retries(lambda: self._send(messages, seed), self.options.retry)

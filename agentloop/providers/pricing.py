@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agentloop.providers.base import ProviderError
+from agentloop.providers.errors import ProviderError
 
 
 class Price(BaseModel):

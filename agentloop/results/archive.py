@@ -21,15 +21,11 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentloop.results.store import Store
-
-if TYPE_CHECKING:
-    from agentloop.loop.context import LoopContext
-    from agentloop.loop.state import Candidate
 
 ARCHIVE = "archive.sqlite"
 SEEDS = "seeds.json"
@@ -103,28 +99,14 @@ class Archive(Store):
     def __init__(self, path: str | Path) -> None:
         super().__init__(path, SCHEMA)
 
-    def add(self, *, task: str, device: str, mode: str, style: str, provider: str, campaign: str,
-            run_dir: Path, cell: str, c: Candidate) -> None:
-        """Archive an accepted, benchmarked candidate (again after a resume: one row per candidate)."""
-        bench = c.stages["benchmark"].benchmark
-        if not c.accepted or c.code is None or bench is None or bench.speedup <= 0:
-            return
-        shapes = [{"dims": s.dims, "candidate_ms": s.candidate.median_ms,
-                   "reference_ms": s.reference.median_ms,
-                   "baselines": {n: t.median_ms for n, t in s.baselines.items()}} for s in bench.shapes]
-        flag = lambda v: None if v is None else int(v)
+    def add(self, row: dict[str, Any]) -> None:
+        """Archive one accepted, benchmarked kernel: a row of the `kernels` table without its id and
+        time (again after a resume: one row per candidate)."""
         with self._lock:
             if self.query("SELECT 1 FROM kernels WHERE run_dir = ? AND cell = ? AND task = ? "
-                          "AND iteration = ?", str(run_dir), cell, task, c.number):
+                          "AND iteration = ?", row["run_dir"], row["cell"], row["task"], row["iteration"]):
                 return
-            self._insert("kernels", {
-                "task": task, "device": device, "device_name": bench.device_name, "dtype": bench.dtype,
-                "mode": mode, "style": style, "provider": provider, "campaign": campaign,
-                "run_dir": str(run_dir), "cell": cell, "iteration": c.number, "hash": c.code_hash,
-                "code": c.code, "bi_static": flag(c.passed("static")),
-                "bi_dynamic": flag(c.passed("dynamic")),
-                "speedup": bench.speedup, "production_speedup": bench.production_speedup,
-                "shapes": json.dumps(shapes), "created_at": time.time()})
+            self._insert("kernels", {**row, "created_at": time.time()})
 
     def best(self, task: str, mode: str, device: str, *, limit: int, device_name: str | None = None,
              exclude_run: Path | None = None) -> list[ArchivedKernel]:
@@ -179,22 +161,3 @@ def loop_seeds(options: ArchiveOptions, run_dir: Path, device: str, loop: str, t
         saved[loop] = [k.model_dump() for k in chosen]
         saved_file.write_text(json.dumps(saved, indent=1) + "\n")
     return chosen
-
-
-def archive_context(campaign: Any, run_dir: Path, loop: str, task: str, mode: str) -> dict[str, Any]:
-    """The archive-related fields of a loop's context (`LoopContext`): the archive it records
-    into, the kernels it starts from, the campaign's name."""
-    options: ArchiveOptions = campaign.archive
-    path = options.file(run_dir)
-    return {"archive": open_archive(path) if options.record else None,
-            "seeds": loop_seeds(options, run_dir, campaign.device, loop, task, mode),
-            "campaign_name": campaign.name}
-
-
-def archive_candidate(ctx: LoopContext, c: Candidate) -> None:
-    """Add an accepted candidate to the loop's archive, when the run records into one."""
-    if ctx.archive is None or not c.accepted:
-        return
-    ctx.archive.add(task=ctx.task.name, device=ctx.device, mode=ctx.cell.mode, style=ctx.cell.style,
-                    provider=ctx.cell.provider, campaign=ctx.campaign_name, run_dir=ctx.run_dir.resolve(),
-                    cell=ctx.cell.id, c=c)

@@ -3,7 +3,7 @@
 A `Sandbox` is one persistent worker process bound to one device. It runs jobs (module-level
 functions, e.g. a gate) one at a time, each with a timeout. The worker is the judge: it never
 imports candidate code; each job hands the candidate to a caged runner process of its own
-(`gates.judge.remote`, `gates.runner`) and judges what comes back. The parent never dies with a
+(`gates.judge.client`, `gates.runner`) and judges what comes back. The parent never dies with a
 worker: a job that hangs is killed and reported as "timed out after N s"; a worker that crashes
 or whose CUDA context is left corrupted is killed and replaced (and whatever its runners left
 is swept), and the next job runs in a fresh worker. A pool keeps N sandboxes (one per GPU, a
@@ -120,7 +120,8 @@ class Sandbox:
         self.spare_runners = spare_runners
         """Runners kept booting for the next candidates (pools; not worth it for one audit)."""
         self.held_runners = held_runners
-        """Runners kept holding recent candidates, the current one included (gates.judge.remote.Runners)."""
+        """Runners kept holding recent candidates, the current one included
+        (gates.judge.runner_pool.Runners)."""
         self.restarts = 0
         self._start()
 
@@ -365,9 +366,9 @@ def _exit_with(parent: int, workdir: str) -> None:
     while os.getppid() == parent:
         time.sleep(1.0)
     try:
-        from gates.judge import remote
+        from gates.judge import runner_pool
 
-        remote.RUNNERS.close()
+        runner_pool.RUNNERS.close()
     except Exception:  # noqa: BLE001, S110 - leaving anyway; the runners die with this process
         pass
     shutil.rmtree(workdir, ignore_errors=True)
@@ -403,12 +404,12 @@ def _worker_main() -> None:
         conn.send(("boot-error", describe_exception(exc)))
         return
     from gates.contract import tasks_dir
-    from gates.judge import remote
+    from gates.judge import client, runner_pool
 
-    remote.RUNNERS.keep_spares = int(config.get("spares") or 0)
-    remote.RUNNERS.keep_held = int(config.get("held") or 1)
-    remote.RUNNERS.memory_bytes = config.get("runner_memory_bytes")
-    remote.RUNNERS.prestart(config["device"], [str(tasks_dir().resolve())])
+    runner_pool.RUNNERS.keep_spares = int(config.get("spares") or 0)
+    runner_pool.RUNNERS.keep_held = int(config.get("held") or 1)
+    runner_pool.RUNNERS.memory_bytes = config.get("runner_memory_bytes")
+    runner_pool.RUNNERS.prestart(config["device"], [str(tasks_dir().resolve())])
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -416,11 +417,11 @@ def _worker_main() -> None:
         except (EOFError, OSError):
             return
         if message[0] == "stop":
-            remote.RUNNERS.close()
+            runner_pool.RUNNERS.close()
             return
         _, fn, kwargs, cpu_seconds, timeout = message
         _set_cpu_limit(cpu_seconds)
-        remote.set_deadline(timeout - min(5.0, 0.1 * timeout), timeout)  # before the parent gives up
+        client.set_deadline(timeout - min(5.0, 0.1 * timeout), timeout)  # before the parent gives up
         start = time.perf_counter()
         status, value, error, fatal = "ok", None, None, False
         try:

@@ -1,6 +1,6 @@
 """The runner's driver: the loop that holds one candidate and calls it for the judge.
 
-Started by `gates.judge.remote.RunnerProcess` as `python -I -c BOOT CONFIG FD`; it cages itself
+Started by `gates.judge.client.Runner` as `python -I -c BOOT CONFIG FD`; it cages itself
 (`gates.runner.cage`), imports torch and triton, installs the audit hook and says "ready".
 Then, one request at a time over its socket (`gates.runner.wire`): load the candidate, call
 its entry on inputs read from the shared arena, or run the measurement loop on it. For a call

@@ -419,7 +419,7 @@ class RayPool:
         """The cage candidates run in, as each actor's runners report it: the first actor's,
         with a note for every actor whose cage differs (a node whose kernel refuses namespaces,
         or with another memory limit); empty if no actor could say."""
-        from gates.judge.remote import describe_isolation
+        from gates.judge.isolation import describe_isolation
 
         with self._cond:
             if self._closed:

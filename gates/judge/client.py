@@ -1,4 +1,4 @@
-"""The judge's side of the boundary: a caged runner process per candidate, and calls into it.
+"""The client of a caged runner: the runner process per candidate, and calls into it.
 
 The judge (a sandbox worker that never imports candidate code) starts a `RunnerProcess`
 (`python -I` running `gates.runner.driver`, which cages itself), hands it the candidate's code
@@ -15,13 +15,13 @@ its output (only the tail is kept), and at the end every process it left behind 
 uid when it dropped root, else by a marker in its environment) is killed and reported.
 """
 
+
 from __future__ import annotations
 
 import collections
 import functools
 import hashlib
 import json
-import mmap
 import os
 import re
 import select
@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from gates.judge import kernel_cache
+from gates.judge.arena import HostArena, aligned, device_arena_refused, new_arena, numel
 from gates.judge.environment import runner_environ
 from gates.judge.runner_process import (
     describe_exit,
@@ -51,10 +52,10 @@ from gates.judge.runner_process import (
     rss,
 )
 from gates.runner import wire
-from gates.runner.device_memory import OUT_OF_MEMORY, DeviceMemoryError, SharedDeviceMemory
-from gates.runner.driver import dtype_table, pin, unpin
+from gates.runner.device_memory import OUT_OF_MEMORY, DeviceMemoryError
+from gates.runner.driver import dtype_table
 from gates.runner.loader import CandidateError
-from gates.verdict import Finding, GateResult
+from gates.verdict import Finding
 
 BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2])['sys_path']; "
         "from gates.runner.driver import main; main()")
@@ -124,137 +125,12 @@ def set_deadline(seconds: float | None, timeout: float | None = None) -> None:
 def sandbox_finding(rule: str, message: str) -> Finding:
     return Finding(rule=rule, severity="error", message=message, hint=HINTS.get(rule, ""))
 
-
-# The arena ---------------------------------------------------------------------------------
-class HostArena:
-    """Shared host memory the judge owns: inputs go in, outputs come back. Grows by replacement.
-    A CPU runner's arena; a GPU runner's only where device memory cannot be shared (then
-    page-locked, both sides pinning their mapping, so copies to and from the device run at DMA
-    speed)."""
-
-    ALIGN = 256
-    on_device = False
-
-    def __init__(self, gpu: bool = False) -> None:
-        self.size = 0
-        self.bytes: torch.Tensor | None = None
-        self.fd: int | None = None
-        self.gpu = gpu
-        self._unpin: weakref.finalize | None = None
-
-    def ensure(self, size: int) -> int | None:
-        """Make the arena at least `size` bytes; the new memfd to send, or None if it fits."""
-        if size <= self.size:
-            return None
-        size = max(size, 2 * self.size, 1 << 20)
-        fd = os.memfd_create("agentloop-arena", 0)
-        os.ftruncate(fd, size)
-        self.release()
-        self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
-        if self.gpu and pin(torch, self.bytes):
-            # Page-locked memory is scarce: unlocked when replaced, when the runner stops, or
-            # at the latest when this arena is collected.
-            self._unpin = weakref.finalize(self, unpin, torch, self.bytes.data_ptr())
-        self.size, self.fd = size, fd
-        return fd
-
-    def release(self) -> None:
-        if self._unpin is not None:
-            self._unpin()
-            self._unpin = None
-
-    def view(self, offset: int, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
-        n = torch.empty((), dtype=dtype).element_size() * _numel(shape)
-        return self.bytes[offset:offset + n].view(dtype).view(shape)
-
-    def settle(self) -> None:
-        """Nothing to wait for: copies between host memory and the arena are done on return."""
-
-
-class DeviceArena:
-    """GPU memory shared with a GPU runner (`gates.runner.device_memory`): inputs and outputs
-    move device to device, instead of crossing host memory twice each way (seconds per stage
-    for vocabulary-sized tasks). Grows by replacement like the host arena. Each side
-    synchronises the device before the other reads what it wrote."""
-
-    on_device = True
-
-    def __init__(self, device: int) -> None:
-        self.device = device
-        self.size = 0
-        self.memory: SharedDeviceMemory | None = None
-        self.bytes: torch.Tensor | None = None
-
-    def ensure(self, size: int) -> int | None:
-        """As `HostArena.ensure`; raises DeviceMemoryError where the driver refuses."""
-        if size <= self.size:
-            return None
-        memory = SharedDeviceMemory.create(max(size, 2 * self.size, 1 << 21), self.device)
-        try:
-            view = memory.tensor(torch)
-            # The driver may hand back pages this judge used before (a reference's outputs): the
-            # runner sees only zeros and what is written for it.
-            view.zero_()
-            torch.cuda.synchronize(self.device)
-            fd = memory.export()
-        except (DeviceMemoryError, RuntimeError, TypeError) as exc:
-            memory.close()
-            raise DeviceMemoryError(f"shared device memory unusable: {exc}",
-                                    getattr(exc, "code", 0)) from None
-        self.release()
-        self.memory, self.size, self.bytes = memory, memory.size, view
-        return fd
-
-    def release(self) -> None:
-        if self.memory is None:
-            return
-        memory, self.memory, self.bytes, self.size = self.memory, None, None, 0
-        try:
-            torch.cuda.synchronize(self.device)  # no copy of the judge's still reads or writes it
-        except RuntimeError:  # a broken CUDA context: the worker is replaced; let go all the same
-            pass
-        memory.close()
-
-    view = HostArena.view
-
-    def settle(self) -> None:
-        """Wait until this judge's copies into and out of the arena are done: the runner, another
-        process, reads what was written, and may write where was read."""
-        torch.cuda.synchronize(self.device)
-
-
-_device_arena_refused: list[str] = []
-"""Why this process's driver refused device arenas (then every runner uses a host arena)."""
-ARENA_VARIABLE = "AGENTLOOP_ARENA"
-"""Set to "host" to keep GPU runners on the host arena (to compare, or where device arenas
-misbehave)."""
-
-
-def new_arena(device: str) -> HostArena | DeviceArena:
-    if device == "cpu":
-        return HostArena()
-    if _device_arena_refused or os.environ.get(ARENA_VARIABLE) == "host":
-        return HostArena(gpu=True)
-    return DeviceArena(torch.cuda.current_device())
-
-
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def _aligned(n: int) -> int:
-    return (n + HostArena.ALIGN - 1) // HostArena.ALIGN * HostArena.ALIGN
-
-
 def _foreign(type_name: object) -> object:
     """A stand-in for an output that is not a tensor: an object of a judge-made class whose name
     says what the candidate returned (for the gates' messages)."""
     name = type_name if isinstance(type_name, str) and type_name.isidentifier() else "object"
     return type(name[:80], (), {})()
+
 
 
 @dataclass
@@ -270,7 +146,6 @@ class CallReport:
     state_changes: list[str] = field(default_factory=list)
 
 
-# The runner process ------------------------------------------------------------------------
 class Runner:
     """One caged runner process holding (at most) one candidate. Start it early: it boots in
     the background, and `wait_ready` is the first thing that waits."""
@@ -430,7 +305,7 @@ class Runner:
             # The GPU full for now: this runner takes a host arena. Anything else: this driver
             # shares no device memory, and every later runner of this judge takes one too.
             if exc.code != OUT_OF_MEMORY:
-                _device_arena_refused.append(str(exc))
+                device_arena_refused.append(str(exc))
             self.arena = HostArena(gpu=True)
             fd = self.arena.ensure(size)
         if fd is None:
@@ -540,7 +415,7 @@ class Runner:
         for a in args:
             if isinstance(a, torch.Tensor):
                 tensors.append((a, offset))
-                offset += _aligned(a.numel() * a.element_size())
+                offset += aligned(a.numel() * a.element_size())
         self._grow(offset)
         placed = iter(tensors)
         for a in args:
@@ -573,7 +448,7 @@ class Runner:
                 offsets.append(None)
                 continue
             offsets.append(offset)
-            offset += _aligned(spec[2])
+            offset += aligned(spec[2])
         self._grow(offset)
         placed = self._request({"op": "place", "offsets": offsets}, "placed")
         if placed.get("error") is not None:  # the runner ran out of memory placing them
@@ -609,7 +484,7 @@ class Runner:
         if h.get("subclass") is not None:
             raise _failure(self, f"an output is a torch.Tensor subclass ({str(h['subclass'])[:60]}), "
                                    "not a plain torch.Tensor", "SB007")
-        nbytes = _numel(shape) * torch.empty((), dtype=dtype).element_size()
+        nbytes = numel(shape) * torch.empty((), dtype=dtype).element_size()
         if nbytes > MAX_OUTPUT_BYTES:
             raise _failure(self, f"an output of {nbytes / 2**30:.1f} GB is larger than any task's",
                            "SB007")
@@ -744,7 +619,6 @@ def _int(x: object) -> int:
     return x if type(x) is int else 0
 
 
-# One runner per candidate in a judge process ------------------------------------------------
 class RemoteEntry:
     """The candidate's entry as the gates see it: call it with tensors, get a tuple back."""
 
@@ -756,201 +630,3 @@ class RemoteEntry:
         # Keyword arguments come from `make_inputs`, in the entry's parameter order.
         self.last = self.runner.call([*args, *kwargs.values()])
         return self.last.outs
-
-
-class Runners:
-    """The judge's runners: the one holding the current candidate, and spares booting for the
-    next ones (so a new candidate does not wait for Python, torch and the cage)."""
-
-    def __init__(self) -> None:
-        self.current: Runner | None = None
-        self.parked: list[Runner] = []
-        """Runners that held a recent candidate, stopped (SIGSTOP) until it comes back, most
-        recent first."""
-        self.keep_held = 1
-        """Runners holding a candidate, the current one included: with more than one, a
-        candidate's next stage finds its runner (kernels compiled, first calls made) even when
-        another candidate ran in between, as with several loops in flight."""
-        self.spares: list[Runner] = []
-        """Booted or booting, oldest first."""
-        self.keep_spares = 0
-        """Spares kept booting: each one taken is replaced at once (a pool's workers). On a GPU a
-        runner boots in seconds (torch, the CUDA context, Triton's driver), and when stages of
-        different candidates follow each other faster than that, one spare is not enough."""
-        self.memory_bytes: int | None = None
-        """Each runner's memory limit; None: half of physical memory."""
-        self.device: str | None = None
-        self.reference_dirs: list[str] = []
-        self.loads = 0
-        """Candidates loaded into fresh runners."""
-
-    def _new(self) -> Runner:
-        return Runner(self.device, reference_dirs=self.reference_dirs, memory_bytes=self.memory_bytes)
-
-    def for_code(self, code: str, entry: str, device: str,
-                 reference_dirs: list[str]) -> tuple[Runner, list[str]]:
-        """The runner holding `code`: the current one, a parked one resumed, or a fresh one it
-        is loaded into; also the torch settings its import changed (empty when it was loaded
-        before)."""
-        digest = hashlib.sha256(code.encode()).hexdigest()
-        if self.current is not None and self.current.code_hash == digest and self.current.alive:
-            return self.current, []
-        if self.device != device or self.reference_dirs != reference_dirs:
-            self.close()
-            self.device, self.reference_dirs = device, list(reference_dirs)
-        parked = next((r for r in self.parked if r.code_hash == digest), None)
-        if parked is not None:
-            self.parked.remove(parked)
-        self._park_current()
-        if parked is not None:
-            if parked.resume():
-                self.current = parked
-                return parked, []
-            parked.stop()
-        runner = self.spares.pop(0) if self.spares else self._new()
-        self.current = runner
-        self.loads += 1
-        while len(self.spares) < self.keep_spares:
-            self.spares.append(self._new())
-        return runner, runner.load(code, entry)
-
-    def prestart(self, device: str, reference_dirs: list[str]) -> None:
-        """Start the spares booting now (at least one), for the first candidates to come."""
-        if not self.spares:
-            self.device, self.reference_dirs = device, list(reference_dirs)
-        while len(self.spares) < max(1, self.keep_spares):
-            self.spares.append(self._new())
-
-    def wait_spare(self) -> None:
-        """Wait until the next spare has booted; one that cannot start is dropped (its
-        candidate's stage then starts a runner of its own and says why it failed)."""
-        if self.spares:
-            try:
-                self.spares[0].wait_ready()
-            except Exception:  # noqa: BLE001
-                self.spares.pop(0).stop()
-
-    def _park_current(self) -> None:
-        """Stop the current runner, or park it when runners are held for returning candidates
-        (the least recent parked one beyond `keep_held` is stopped)."""
-        runner, self.current = self.current, None
-        if runner is None:
-            return
-        if self.keep_held < 2 or runner.code_hash is None:
-            runner.stop()
-            return
-        try:
-            runner.park()
-            parked = runner.pause()
-        except CandidateFailure:
-            parked = False
-        if not parked:
-            runner.stop()
-            return
-        self.parked.insert(0, runner)
-        while len(self.parked) > self.keep_held - 1:
-            self.parked.pop().stop()
-
-    def stop_current(self) -> None:
-        if self.current is not None:
-            self.current.stop()
-            self.current = None
-
-    def close(self) -> None:
-        self.stop_current()
-        while self.parked:
-            self.parked.pop().stop()
-        while self.spares:
-            self.spares.pop().stop()
-
-
-RUNNERS = Runners()
-
-
-def runner_isolation() -> dict[str, Any]:
-    """Which layers of the cage this judge's runners have, as a runner reported them when it
-    booted (before any candidate), and which arena they get: a sandbox job, for the audit's
-    verdict and the run's first lines. Empty when no runner has booted."""
-    if RUNNERS.current is None:
-        RUNNERS.wait_spare()
-    runner = RUNNERS.current or next(iter(RUNNERS.spares), None)
-    if runner is None:
-        return {}
-    iso = dict(runner.isolation)
-    if runner.device == "cpu":
-        iso["arena"] = "host"
-    elif isinstance(runner.arena, DeviceArena):
-        iso["arena"] = "device"
-    else:
-        refused = f" (the driver refused device memory: {_device_arena_refused[0][:120]})" \
-            if _device_arena_refused else ""
-        iso["arena"] = "host" + refused
-    return iso
-
-
-def describe_isolation(iso: dict[str, Any]) -> str:
-    """One line: `network namespace, files namespace, own uid, limits AS 4 GiB NPROC 512 ...,
-    arena host`, and any layer the kernel did not allow, from `runner_isolation()`."""
-    if not iso:
-        return "unknown (no runner booted)"
-    text = lambda key: str(iso.get(key, "?"))[:40]  # noqa: E731
-    uid = iso.get("uid")
-    parts = [f"network {text('network')}", f"files {text('files')}",
-             f"own uid {uid}" if type(uid) is int and uid >= 0 else "the judge's uid"]
-    limits = iso.get("limits")
-    if isinstance(limits, dict) and limits:
-        names = {str(k): str(k).removeprefix("RLIMIT_")[:8] for k in limits}
-        shown = [f"{names[str(k)]} {_amount(names[str(k)], v)}" for k, v in list(limits.items())[:10]]
-        parts.append("limits " + ", ".join(shown))
-    if "arena" in iso:
-        parts.append(f"arena {text('arena')}")
-    notes = iso.get("notes")
-    line = ", ".join(parts)
-    if isinstance(notes, list) and notes:
-        line += "; " + "; ".join(str(n)[:100] for n in notes[:3])
-    return line
-
-
-def _amount(name: str, value: object) -> str:
-    if type(value) is not int:
-        return "?"
-    if name in ("AS", "FSIZE", "DATA", "RSS") and value >= 2**20:
-        return f"{value / 2**30:.3g} GiB" if value >= 2**30 else f"{value // 2**20} MiB"
-    return str(value)
-
-
-def reference_dirs(task: Any) -> list[str]:
-    """What a runner must not read for this task: the task suite's directory."""
-    return [str(task.tasks_dir.resolve())]
-
-
-def run_gate(gate: str, code: str, task: Any, device: str, body: Any) -> GateResult:
-    """Load `code` into this judge's runner and run `body(runner, import_changes)`, a gate on
-    it; a candidate that does not load, or a runner that fails outside the gate's own handling,
-    gives a failed result with the reason. The runner's findings are added at the end."""
-    start = time.perf_counter()
-    runner = None
-    failed = lambda error, findings=(): GateResult(
-        gate=gate, passed=False, error=error, findings=list(findings), seconds=time.perf_counter() - start)
-    try:
-        runner, changes = RUNNERS.for_code(code, task.entry, device, reference_dirs(task))
-        result = body(runner, changes)
-    except CandidateError as exc:
-        result = failed(str(exc))
-    except CandidateFailure as exc:
-        rule = [sandbox_finding(exc.rule, exc.described)] if exc.rule else []
-        result = failed(exc.described, rule)
-    return finish(result, runner or RUNNERS.current)
-
-
-def finish(result: GateResult, runner: Runner | None) -> GateResult:
-    """The gate's result with the runner's findings added (any of them rejects)."""
-    if runner is None:
-        return result
-    if runner.alive:
-        runner.check_leftovers()
-    found = runner.take_findings()
-    if not found:
-        return result
-    findings = list(result.findings) + [f for f in found if f not in result.findings]
-    return result.model_copy(update={"findings": findings, "passed": False})
