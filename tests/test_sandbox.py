@@ -168,7 +168,7 @@ def test_worker_and_its_directory_end_when_its_parent_is_killed_mid_job(tmp_path
         "import sys, time\n"
         "from gates.judge.sandbox import Sandbox\n"
         "box = Sandbox('cpu')\n"
-        "box.run(__import__('gates.judge.sandbox').sandbox.Job.of('os:getpid'), 60)\n"
+        "box.run(__import__('gates.judge.sandbox').judge.sandbox.Job.of('os:getpid'), 60)\n"
         "box._conn.send(('run', 'test_sandbox:spin', {'seconds': 600}, 600, 600))\n"
         "print(box.pid, box.workdir, flush=True)\n"
         "time.sleep(600)\n")
