@@ -9,7 +9,10 @@ extra parameters, output tuples). The library must be importable from the judge'
 The static gate reads the module's source file (found on the import path without importing it,
 so no library code runs here) followed by the task's entry: a one-line call of the callable, or
 the adapter with its imports from that module turned into plain names. Line numbers of findings
-are those of the module's file; a finding in the adapter names the adapter's line.
+are those of the module's file; a finding in the adapter names the adapter's line. A torch
+function (`torch.nn.functional:linear`) is the exception: the static gate knows torch's ops by
+name, so it reads the entry as a file calling that op (a GEMM gets the BI005 of `F.linear(x, ...)`
+in a file), not torch's own source.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from gates.contract import Task
 from gates.runner.loader import CandidateError
 from gates.source import read_candidate
 from gates.source import static_result as source_static_result
+from gates.static.ops import is_torch_function
 from gates.verdict import GateResult
 
 SPEC = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
@@ -49,6 +53,9 @@ class LibraryEntry:
     """The module's source followed by the entry (None without a module source)."""
     adapter_offset: int = 0
     """Lines of `static_source` before the adapter's first line."""
+    by_name: bool = False
+    """A torch function, which the static gate models by name: it reads `code` (the one-line
+    import, or the adapter) as it reads a file calling that function, not torch's source."""
 
     def __str__(self) -> str:
         return self.spec if self.adapter is None else f"{self.spec} (adapter {self.adapter})"
@@ -171,20 +178,23 @@ def resolve_entry(spec: str, task: Task, adapter: str | Path | None = None,
         if names is not None and attr.split(".")[0] not in names:
             raise CandidateError(f"--entry {spec}: module {module!r} ({module_file}) has no attribute "
                                  f"{attr.split('.')[0]!r}")
+    by_name = is_torch_function(f"{module}.{attr}")
     if adapter is None:
         head, _, rest = attr.partition(".")
         code = (f'"""agentloop audit --entry {spec}: the library\'s callable as `{task.entry}`."""\n'
                 + (f"from {module} import {head} as {task.entry}\n" if not rest else
                    f"from {module} import {head} as _audited\n{task.entry} = _audited.{rest}\n"))
-        static = None if module_source is None else \
+        static = code if by_name else None if module_source is None else \
             module_source.rstrip("\n") + "\n" + _entry_call(task, attr)
-        return LibraryEntry(spec, module, attr, module_file, None, code, static)
+        return LibraryEntry(spec, module, attr, module_file, None, code, static, by_name=by_name)
     adapter = Path(adapter)
     code = read_candidate(adapter, task)
     adapted, imported = _adapter_for_static(code, module)
     if not imported:
         raise CandidateError(f"{adapter}: the adapter does not import from {module!r} "
                              f"(`from {module} import {attr.split('.')[0]}`), the module --entry names")
+    if by_name:
+        return LibraryEntry(spec, module, attr, module_file, adapter, code, code, by_name=True)
     if module_source is None:
         return LibraryEntry(spec, module, attr, module_file, adapter, code, None)
     head = module_source.rstrip("\n") + f"\n\n\n# agentloop audit --entry: the adapter {adapter.name}\n"
@@ -201,9 +211,15 @@ def static_result(entry: LibraryEntry, task: Task) -> GateResult:
         return GateResult(gate="static", passed=True, findings=[Finding(
             rule="BI000", severity="warning",
             message=f"{entry.module} has no Python source to analyse (an extension module); not checked")])
-    result = source_static_result(entry.static_source, task, entry.module_file)
-    if entry.adapter is None or not entry.adapter_offset:
-        return result
+    if entry.by_name:  # the made module's lines mean nothing to the user; the adapter's do
+        result = source_static_result(entry.static_source, task, entry.adapter or Path(f"<{entry.spec}>"))
+        if entry.adapter is None:
+            return result.model_copy(update={"findings": [f.model_copy(update={"line": None})
+                                                          for f in result.findings]})
+    else:
+        result = source_static_result(entry.static_source, task, entry.module_file)
+        if entry.adapter is None or not entry.adapter_offset:
+            return result
     offset, name = entry.adapter_offset, entry.adapter.name
 
     def lines_in_adapter(text: str) -> str:  # "(line 1444)" in a message -> "(adapter x.py line 6)"

@@ -256,15 +256,24 @@ def archive_context(campaign: Any, run_dir: Path, loop: str, task: str, mode: st
             "campaign_name": campaign.name}
 
 
-def make_providers(campaign: Campaign) -> dict[str, Provider]:
-    """One provider per role (roles sharing a provider:model share the object)."""
+def make_providers(campaign: Campaign, run_dir: Path | None = None) -> dict[str, Provider]:
+    """One provider per role (roles sharing a provider:model share the object). A relative
+    `exchange:DIR` is the run directory's DIR (`exchange_dir`), so a run resumed from another
+    directory waits where it asked; the spec, and so the cell's name, stays as written."""
+    from agentloop.providers.exchange import exchange_dir
+
     by_spec: dict[str, Provider] = {}
     providers = {}
     for role in ROLES:
         spec = campaign.role_model(role)
         if spec not in by_spec:
+            name, _, where = spec.partition(":")
+            built = spec
+            if name.strip() == "exchange" and where and run_dir is not None:
+                resumed = (run_dir / RESULTS).is_file()
+                built = f"exchange:{exchange_dir(where, run_dir, resumed=resumed)}"
             try:
-                by_spec[spec] = get_provider(spec, **campaign.model_options)
+                by_spec[spec] = get_provider(built, **campaign.model_options)
             except ProviderError as exc:  # unknown provider, missing key, bad option: before any work
                 raise CampaignError(f"{role} model: {exc}") from None
         providers[role] = by_spec[spec]
@@ -452,7 +461,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
     taken = provenance(campaign, time.time())
     out = Path(out)
     tasks = {name: get_task(name) for name in campaign.task_names()}
-    providers = make_providers(campaign)  # a missing key fails here, before anything runs
+    providers = make_providers(campaign, out)  # a missing key fails here, before anything runs
     pool_factory = pool_factory or evaluation_pool(campaign, ray)  # Ray missing: fails here too
     prepare_run_dir(campaign, out, resume, campaign_changed=campaign_changed)
     store = Store(out / RESULTS)

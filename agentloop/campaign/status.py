@@ -1,5 +1,6 @@
 """Where a run stands (`agentloop status DIR`): its loops, the stage each is at, and the
-`exchange:` requests they wait for. Read from the run directory only; nothing is run."""
+`exchange:` requests they wait for, a malformed response file among them. Read from the run
+directory only; nothing is run."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentloop.campaign.file import Campaign, CampaignError, load_campaign
+from agentloop.providers.exchange import exchange_dir, response_problem
 
 _REQUEST = re.compile(r"^(\d+)\.request\.json$")
 _TASK_LINE = re.compile(r"^\s*task\s*:\s*`?([A-Za-z0-9_.-]+)`?\s*$", re.MULTILINE)
 
 
 class WaitingRequest(BaseModel):
-    """An `exchange:` request without a response file yet."""
+    """An `exchange:` request without a valid response file yet."""
 
     request: str
     """The request file."""
@@ -27,6 +29,9 @@ class WaitingRequest(BaseModel):
     """"cell|task" of the loop that asked, when the request file says."""
     task: str | None
     role: str | None
+    problem: str | None = None
+    """Set when a response file is there but is not a valid response (not JSON, no `text`): what
+    is wrong with it, in one line; the run waits for a corrected file."""
 
 
 class LoopStatus(BaseModel):
@@ -51,21 +56,25 @@ class RunStatus(BaseModel):
     """Every unanswered exchange request of the run's exchange directories."""
 
 
-def exchange_dirs(campaign: Campaign) -> list[Path]:
-    """The directories of the campaign's `exchange:` providers."""
+def exchange_dirs(campaign: Campaign, run_dir: Path | None = None) -> list[Path]:
+    """The directories of the campaign's `exchange:` providers, as the run of `run_dir` uses
+    them (a relative one is inside the run directory: `exchange_dir`)."""
     specs = {campaign.model, *campaign.roles.values()}
-    return sorted({Path(s.split(":", 1)[1]) for s in specs if s.startswith("exchange:") and ":" in s})
+    return sorted({exchange_dir(s.split(":", 1)[1], run_dir, resumed=True)
+                   for s in specs if s.startswith("exchange:") and s.split(":", 1)[1]})
 
 
 def waiting_requests(directory: Path) -> list[WaitingRequest]:
-    """Request files of an exchange directory that have no response file yet."""
+    """Request files of an exchange directory that have no valid response file yet (a malformed
+    one is named in `problem`)."""
     found = []
     if not directory.is_dir():
         return found
     numbered = sorted((int(m[1]), p) for p in directory.iterdir() if (m := _REQUEST.match(p.name)))
     for n, path in numbered:
         response = directory / f"{n}.response.json"
-        if response.is_file():
+        problem = response_problem(response) if response.is_file() else None
+        if response.is_file() and problem is None:
             continue
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -80,7 +89,7 @@ def waiting_requests(directory: Path) -> list[WaitingRequest]:
             task = found_task.group(1) if found_task else None
         loop = f"{meta['cell']}|{meta['task']}" if meta.get("cell") and meta.get("task") else None
         found.append(WaitingRequest(request=str(path), respond_with=str(response), loop=loop, task=task,
-                                    role=meta.get("role")))
+                                    role=meta.get("role"), problem=problem))
     return found
 
 
@@ -95,7 +104,7 @@ def run_status(run_dir: Path) -> RunStatus:
         raise CampaignError(f"{run_dir} holds no run (no {RESULTS} and campaign.yaml); give the directory "
                             "that `agentloop run` wrote")
     campaign = load_campaign(run_dir / "campaign.yaml")
-    waiting = [w for d in exchange_dirs(campaign) for w in waiting_requests(d)]
+    waiting = [w for d in exchange_dirs(campaign, run_dir) for w in waiting_requests(d)]
     store = Store(run_dir / RESULTS)
     saver = checkpointer(run_dir / CHECKPOINTS) if (run_dir / CHECKPOINTS).is_file() else None
     graph = build_graph(saver) if saver else None
@@ -107,6 +116,7 @@ def run_status(run_dir: Path) -> RunStatus:
                 key = thread_id(cell, task)
                 count = len(store.candidates(cell.id, task))
                 waits = [w.respond_with for w in waiting if w.loop == key]
+                problems = [w.problem for w in waiting if w.loop == key and w.problem]
                 result = finished.get((cell.id, task))
                 if result is not None:
                     loops.append(LoopStatus(loop=key, state="finished", candidates=count,
@@ -119,7 +129,9 @@ def run_status(run_dir: Path) -> RunStatus:
                     # is in tasks alone, and the loop goes on from there (run_loop_graph)
                     if snapshot.values:
                         nxt = tuple(snapshot.next) or tuple(t.name for t in snapshot.tasks)
-                if waits:
+                if problems:  # the table shows the state: say there what to correct
+                    state = f"waiting for a corrected answer: {problems[0]}"
+                elif waits:
                     state = "waiting for an answer"
                 elif nxt:
                     state = f"at {nxt[0]}"

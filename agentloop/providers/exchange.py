@@ -5,12 +5,19 @@ For each request the provider writes `DIR/<n>.request.json` (n = 1, 2, ...) and 
 A request identical (messages and seed) to one already in DIR is not written again: its
 response is read, or awaited, so a resumed run never asks twice. One process per DIR.
 `waiting` lists the requests waited for now (for `--until-idle` and the progress display) and
-`on_wait`, when set, is called with each request file as its wait begins.
+`on_wait`, when set, is called with each request file as its wait begins. A response file that
+is not a valid response (not JSON, no `text`) is named in one logged warning per content it has,
+and the wait goes on for a corrected file.
+
+A relative DIR is the run directory's `DIR` when the campaign runner builds the provider
+(`exchange_dir`), so a resumed run, started from anywhere, finds its requests; given to
+`get_provider` alone it is relative to the current directory.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -35,6 +42,21 @@ from agentloop.providers.base import (
 )
 
 _NUMBERED = re.compile(r"^(\d+)\.(request|response)\.json$")
+log = logging.getLogger("agentloop.exchange")
+
+
+def exchange_dir(directory: str | Path, run_dir: Path | None = None, *, resumed: bool = False) -> Path:
+    """Where the files of `exchange:<directory>` are: a relative directory is inside the run
+    directory (the current directory without one), wherever the run is started or resumed from;
+    an absolute one is itself. `resumed`: a run started before relative directories were the run
+    directory's asked in the current directory; it keeps that folder when the run has none."""
+    path = Path(directory).expanduser()
+    if path.is_absolute() or run_dir is None:
+        return path
+    inside = run_dir / path
+    if resumed and not inside.exists() and path.is_dir() and any(path.glob("*.request.json")):
+        return path.resolve()
+    return inside
 
 
 class ExchangeOptions(ProviderOptions):
@@ -72,6 +94,44 @@ class ExchangeResponse(BaseModel):
     output_tokens: int = 0
     model: str | None = None
     """Who answered, for the record (a model name, a person)."""
+
+
+class MalformedResponse(ValueError):
+    """A response file that is there but is not a valid response; the message is one line."""
+
+
+def read_response(path: Path) -> ExchangeResponse:
+    """The response in `path`; OSError when it cannot be read, MalformedResponse (one line
+    naming the file and what is wrong) when it is not JSON or not a response."""
+    return parse_response(path, path.read_text(encoding="utf-8"))
+
+
+def parse_response(path: Path, text: str) -> ExchangeResponse:
+    """The response file `path` holding `text`; MalformedResponse as `read_response`."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MalformedResponse(f"{path} is not valid JSON ({exc.msg}: line {exc.lineno} "
+                                f"column {exc.colno})") from None
+    try:
+        return ExchangeResponse.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "the file"
+        raise MalformedResponse(f"{path} is not a response ({where}: {err['msg']}; "
+                                f"expected {{\"text\": \"...\"}})") from None
+
+
+def response_problem(path: Path) -> str | None:
+    """What is wrong with the response file `path`, in one line; None when it is a valid
+    response, or is not there (yet)."""
+    try:
+        read_response(path)
+    except MalformedResponse as exc:
+        return str(exc)
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -155,15 +215,22 @@ class ExchangeProvider(Provider):
                           model=answer.model or str(self.dir), provider=self.name, cost_usd=0.0)
 
     def _wait(self, path: Path) -> ExchangeResponse:
-        """The response in `path`, once it is there and readable."""
+        """The response in `path`, once it is there and valid; a malformed one is reported once
+        per content it has, and waited past."""
         deadline = time.monotonic() + self.options.timeout_s
         problem = "no file"
+        reported: str | None = None
         while True:
             if path.is_file():
                 try:
-                    return ExchangeResponse.model_validate_json(path.read_text(encoding="utf-8"))
-                except (OSError, ValidationError) as exc:
-                    # Possibly a writer that did not rename into place: wait for the rest.
+                    text = path.read_text(encoding="utf-8")
+                    return parse_response(path, text)
+                except MalformedResponse as exc:
+                    problem = f"unreadable: {exc}"
+                    if text != reported:  # said once per content, not at every poll
+                        reported = text
+                        log.warning("exchange: %s; waiting for a corrected file", exc)
+                except (OSError, UnicodeDecodeError) as exc:  # removed or replaced while read
                     problem = f"unreadable: {one_line(exc, 120)}"
             if time.monotonic() >= deadline:
                 raise ProviderError(f"{self.spec}: no answer in {path} after {self.options.timeout_s:g} s "

@@ -7,8 +7,9 @@ autotune keys and branches (taint.py, calls.py, expressions.py, control.py, tens
 the rules (rules.py).
 Names imported from small sibling modules of the file are analysed with their source inlined.
 A file that does not parse, or lacks the entry function, gives a failed result with a BI000 error
-finding and `error` set; an entry the analysis cannot follow gives a BI000 warning. The gate never
-raises on candidate input.
+finding and `error` set; an entry the analysis cannot follow, or a call on batched rows whose
+callee has no source to read (an extension module, `torch._C`), gives a BI000 warning naming it.
+The gate never raises on candidate input.
 """
 
 from __future__ import annotations
@@ -44,34 +45,90 @@ def _module_defs(tree: ast.Module) -> dict[str, ast.AST]:
 
 HELPER_BYTES = 200_000
 """Sibling modules larger than this are not inlined (a small helper module, not a library)."""
+HELPERS_TOTAL = 600_000
+"""At most this much helper source is inlined into one analysis (a package imports many)."""
 
 
-def with_helpers(tree: ast.Module, filename: str, depth: int = 0) -> ast.Module:
+def _helper_file(stmt: ast.ImportFrom, path: Path) -> Path | None:
+    """The source file of the module `stmt` imports names from, when it is a sibling of `path`
+    (`from helper import f`, `from .helper import f`, `from ..ops.helper import f`) or a module of
+    the package `path` is in (`from mypkg.ops.helper import f` inside mypkg/); else None."""
+    if not stmt.module:
+        return None
+    parts = stmt.module.split(".")
+    if stmt.level:
+        if stmt.level > len(path.parents) - 1:
+            return None
+        bases = [path.parents[stmt.level - 1]]
+    else:  # beside the file, or from the root of the package the file belongs to
+        bases = [path.parent] + [d.parent for d in path.parents
+                                 if d.name == parts[0] and (d / "__init__.py").is_file()][:1]
+    for base in bases:
+        stem = base.joinpath(*parts)
+        for source in (stem.with_suffix(".py"), stem / "__init__.py"):
+            if source.is_file():
+                return source
+    return None
+
+
+def with_helpers(tree: ast.Module, filename: str, depth: int = 0,
+                 inlined: dict[Path, int] | None = None) -> ast.Module:
     """The module with the top-level code of the sibling modules it imports names from
-    (`from .kernels import launch`, `from my_kernels import launch` beside the file) inlined in
-    place of the import, so their kernels and host functions are analysed as if written here."""
+    (`from .kernels import launch`, `from my_kernels import launch` beside the file, `from
+    mypkg.kernels import launch` inside mypkg/) inlined in place of the import, so their kernels
+    and host functions are analysed as if written here."""
     path = Path(filename)
     if depth > 2 or not path.is_file():  # only beside a real file
         return tree
+    inlined = {path.resolve(): 0} if inlined is None else inlined  # file -> its size
     body: list[ast.stmt] = []
     for stmt in tree.body:
-        source = path.parent / f"{(stmt.module or '').replace('.', '/')}.py" \
-            if isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.level <= 1 else None
-        if source is None or not source.is_file() or source.resolve() == path.resolve() \
-                or source.stat().st_size > HELPER_BYTES:
+        source = _helper_file(stmt, path) if isinstance(stmt, ast.ImportFrom) else None
+        size = source.stat().st_size if source is not None else 0
+        if source is None or (source.resolve() not in inlined and (
+                size > HELPER_BYTES or sum(inlined.values()) + size > HELPERS_TOTAL)):
             body.append(stmt)
             continue
-        try:
-            helper = ast.parse(source.read_text(), filename=str(source))
-        except (SyntaxError, UnicodeDecodeError, OSError):
-            body.append(stmt)
-            continue
-        body.extend(with_helpers(helper, str(source), depth + 1).body)
+        if source.resolve() not in inlined:  # a module imported twice is inlined once, as it runs once
+            try:
+                helper = ast.parse(source.read_text(), filename=str(source))
+            except (SyntaxError, UnicodeDecodeError, OSError):
+                body.append(stmt)
+                continue
+            inlined[source.resolve()] = size
+            body.extend(with_helpers(helper, str(source), depth + 1, inlined).body)
         for alias in stmt.names:  # `from helper import launch as _launch`
             if alias.asname and alias.asname != alias.name:
                 body.append(ast.Assign(targets=[ast.Name(alias.asname, ast.Store())],
                                        value=ast.Name(alias.name, ast.Load()), lineno=stmt.lineno))
     return ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
+
+
+def not_followed(analysis: Analysis) -> list[Finding]:
+    """BI000 warnings for what the analysis could not follow: the entry itself, and calls on
+    batched rows whose callee has no source to read. Never a silent pass."""
+    host, entry = analysis.host, analysis.task.entry
+    findings = []
+    if not host.entry_followed:
+        bound = f" (bound to `{host.entry_bound}`)" if host.entry_bound else ""
+        findings.append(Finding(
+            rule="BI000", severity="warning", line=None,
+            message=f"`{entry}`{bound} is not a function the static gate can follow; only the kernels' "
+                    f"atomics were checked",
+            hint=f"Define `def {entry}(...)` in the file so its host code can be checked."))
+    seen = set()
+    for call in host.unfollowed:
+        if (call.callee, call.bound) in seen:
+            continue
+        seen.add((call.callee, call.bound))
+        bound = f", bound to `{call.bound}`," if call.bound and call.bound != call.callee else ""
+        findings.append(Finding(
+            rule="BI000", severity="warning", line=call.line,
+            message=f"`{call.callee}`{bound} receives the rows of batched tensor `{call.tensor}` but "
+                    f"has no Python source the static gate can read; what it does to them was not checked",
+            hint="The static gate reads Python and Triton source only: audit the code behind the call "
+                 "where its source is, or rely on the dynamic gate's bitwise check across batch sizes."))
+    return findings
 
 
 def analyse(tree: ast.Module, task: Task) -> Analysis:
@@ -106,12 +163,6 @@ def static_gate(source: str, task: Task, filename: str = "candidate.py") -> Gate
     if not analysis.host.entry_found:
         return _unusable(f"{filename}: no function named {task.entry!r}", None,
                          f"Define `def {task.entry}(...)` with the parameters of the reference.", start)
-    findings = run_rules(analysis)
-    if not analysis.host.entry_followed:
-        findings.insert(0, Finding(
-            rule="BI000", severity="warning", line=None,
-            message=f"`{task.entry}` is not a function the static gate can follow; only the kernels' "
-                    f"atomics were checked",
-            hint=f"Define `def {task.entry}(...)` in the file so its host code can be checked."))
+    findings = not_followed(analysis) + run_rules(analysis)
     passed = not any(f.severity == "error" for f in findings)
     return GateResult(gate="static", passed=passed, seconds=time.perf_counter() - start, findings=findings)

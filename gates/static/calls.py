@@ -9,11 +9,13 @@ launch option and grid axis, and any row-mixed value passed to the kernel.
 from __future__ import annotations
 
 import ast
+import builtins
 import math
 
+from gates.static import ops
 from gates.static.configs import LAUNCH_OPTIONS
 from gates.static.control import Frame
-from gates.static.facts import Dispatch, Launch, short
+from gates.static.facts import Dispatch, Launch, Unfollowed, short
 from gates.static.kernels import dotted
 from gates.static.values import CLEAN, NOCONST, Obj, Val, combine, flat_batch, join, join_all
 
@@ -123,7 +125,7 @@ class CallSemantics:
         args, kwargs = self.arguments(node, env)
         qualified = self.qualify(func, env)
         leaf = qualified.split(".")[-1] if qualified else getattr(func, "attr", "")
-        if qualified.startswith("torch.") and not qualified.startswith(("torch.cuda", "torch.library")):
+        if ops.is_torch_function(qualified):
             return self.torch_call(leaf, args, kwargs, node)
         if qualified in _SCALAR_FUNCS or (isinstance(func, ast.Name) and func.id in _SCALAR_FUNCS
                                           and func.id not in env and func.id not in self.globals):
@@ -136,6 +138,8 @@ class CallSemantics:
         if qualified in _KNOWN_ON_GPU:
             return Val(const=_KNOWN_ON_GPU[qualified])
         if qualified:
+            if not (isinstance(func, ast.Name) and hasattr(builtins, func.id)):
+                self.not_followed(node, qualified, [*args, *kwargs.values()])
             return combine([*args, *kwargs.values()])
         if isinstance(func, ast.Attribute):
             receiver = self.expr(func.value, env)
@@ -173,7 +177,16 @@ class CallSemantics:
             return self.paths(node, callee, keys, run)
         if callee.obj is not None and f"{callee.obj.cls}.__call__" in self.callables:
             return self.invoke(f"{callee.obj.cls}.__call__", args, kwargs, callee.obj, node.lineno)
+        if isinstance(func, ast.Name) and func.id not in env:  # a module-level name bound to a value
+            self.not_followed(node, self.bound_to(func.id), [*args, *kwargs.values()])
         return combine([*args, *kwargs.values()])
+
+    def not_followed(self, node: ast.Call, bound: str, args: list[Val]) -> None:
+        """Record a call whose callee cannot be read when it receives a batched tensor's rows:
+        what it does to them is unknown, which the verdict must say."""
+        rows = next((e.rows for a in args for e in (a, *(a.elts or ())) if e.tensor and e.rows), None)
+        if rows is not None:
+            self.facts.unfollowed.append(Unfollowed(node.lineno, short(node.func), bound, rows))
 
     def paths(self, node: ast.Call, callee: Val, keys: list[str], run) -> Val:
         """Call one of several callees; when the choice is batch-derived, that is a dispatch."""

@@ -1,5 +1,6 @@
 """Facts the host analysis records for the rules: launches, torch ops on batched tensors,
-row-mixing values that reach an output, and branches on batch-derived values."""
+row-mixing values that reach an output, branches on batch-derived values, and calls on batched
+rows it could not follow."""
 
 from __future__ import annotations
 
@@ -63,13 +64,30 @@ class RowArithmetic:
 
 
 @dataclass
+class Unfollowed:
+    """A call on a batched tensor's rows whose callee has no source the analysis can read (an
+    extension module, `torch._C`, a name bound to the result of some call)."""
+
+    line: int
+    callee: str
+    """The call's callee as written."""
+    bound: str
+    """What the callee is bound to, as far as it is known ("" when nothing is)."""
+    tensor: str
+    """The batched input whose rows the call receives."""
+
+
+@dataclass
 class HostFacts:
     entry_found: bool = True
     entry_followed: bool = True
     """False when the entry is defined in a way the analysis cannot follow (host facts empty)."""
+    entry_bound: str = ""
+    """What such an entry is bound to, as far as it is known."""
     launches: list[Launch] = field(default_factory=list)
     torch_ops: list[TorchOp] = field(default_factory=list)
     cross_rows: list[CrossRow] = field(default_factory=list)
     dispatches: list[Dispatch] = field(default_factory=list)
     row_arithmetic: list[RowArithmetic] = field(default_factory=list)
+    unfollowed: list[Unfollowed] = field(default_factory=list)
 

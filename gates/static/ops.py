@@ -56,3 +56,10 @@ KEEP_TENSOR = {"contiguous", "clone", "detach", "to", "float", "half", "bfloat16
                "round", "sign", "reciprocal", "square", "float_power"}
 INTEGER_DTYPES = {"int8", "int16", "int32", "int64", "uint8", "long", "int", "short", "bool"}
 FLOAT_CASTS = {"float", "half", "bfloat16", "double"}
+
+
+def is_torch_function(qualified: str) -> bool:
+    """Whether a dotted name is a torch function the analysis models by name (`torch.matmul`,
+    `torch.nn.functional.linear`, `torch._C._nn.linear`) rather than by reading its source; the
+    device and library utilities (`torch.cuda.*`, `torch.library.*`) are not."""
+    return qualified.startswith("torch.") and not qualified.startswith(("torch.cuda", "torch.library"))

@@ -22,7 +22,7 @@ from gates.static import ops
 from gates.static.calls import CallSemantics
 from gates.static.control import ControlFlow, Frame
 from gates.static.expressions import ExpressionSemantics
-from gates.static.facts import CrossRow, HostFacts, Launch
+from gates.static.facts import CrossRow, HostFacts, Launch, short
 from gates.static.kernels import KernelInfo, dotted
 from gates.static.tensors import TensorSemantics
 from gates.static.values import CLEAN, Origin, Val
@@ -43,12 +43,15 @@ class HostReader(CallSemantics, ExpressionSemantics, ControlFlow, TensorSemantic
         self.class_attrs: dict[str, dict[str, ast.expr]] = {}
         self.effects: list[Launch | str] = []
         self.stack: list[str] = []
+        self.bindings: dict[str, tuple[int, str]] = {}
+        """Module-level name -> (line, source) of the value last assigned to it, for messages."""
         # In file order, as Python runs it: `_lib = log_softmax` before `def log_softmax(...)`
         # keeps the imported function, which the later definition shadows.
         for stmt in tree.body:
             self.declare(stmt, self.globals, top=True)
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
                 self.stmt(stmt, self.globals, Frame())
+            self.record_binding(stmt)
         for name in kernels:  # kernels, including those made by `k2 = triton.autotune(...)(k)`
             self.globals[name] = Val(funcs=frozenset({name}))
         self.effects.clear()
@@ -67,6 +70,10 @@ class HostReader(CallSemantics, ExpressionSemantics, ControlFlow, TensorSemantic
                 env.pop(a.asname or a.name, None)
         elif isinstance(stmt, ast.FunctionDef):
             key = stmt.name if top else f"{stmt.name}@{stmt.lineno}"
+            if top and key in self.callables and key not in self.kernels:
+                # A redefinition (`_impl = rms_norm` then `def rms_norm(...): return _impl(...)`):
+                # names bound to the earlier function keep it, as in Python.
+                key = f"{stmt.name}@{stmt.lineno}"
             self.callables[key] = (stmt, None if top else env)
             env[stmt.name] = Val(funcs=frozenset({key}))
             if top:
@@ -91,9 +98,39 @@ class HostReader(CallSemantics, ExpressionSemantics, ControlFlow, TensorSemantic
                                   f"    return {stmt.name}.forward(None, *args, **kwargs)")
                 self.callables[f"{stmt.name}.apply"] = (apply.body[0], None)
 
+    def record_binding(self, stmt: ast.stmt) -> None:
+        """Remember where and to what a top-level statement binds its names."""
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                if isinstance(target, ast.Name):
+                    self.bindings[target.id] = (stmt.lineno, short(stmt.value))
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            for a in stmt.names:
+                name = a.asname or a.name.split(".")[0]
+                self.bindings[name] = (stmt.lineno, self.aliases.get(name, ""))
+        elif isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+            self.bindings.pop(stmt.name, None)
+
+    def bound_to(self, name: str) -> str:
+        """What a module-level name is bound to, through chains of aliases (`b = a`, `from m import
+        a as b`): `torch._C._nn.linear`, `functools.partial(_impl, block=128)`; "" if unknown."""
+        seen: set[str] = set()
+        text = ""
+        while name not in seen and name in self.bindings:
+            seen.add(name)
+            text = self.bindings[name][1]
+            root, _, rest = text.partition(".")
+            if not root.isidentifier() or root not in self.bindings:
+                break
+            if rest:  # `_nn.linear` with `from torch._C import _nn`: the root's binding, qualified
+                inner = self.bound_to(root) if root not in seen else ""
+                return f"{inner}.{rest}" if inner.replace(".", "").isidentifier() else text
+            name = root
+        return text
+
     def library_function(self, qualified: str) -> Val:
         """A reference to a torch function (callable later through a variable); else clean."""
-        if qualified.startswith("torch.") and not qualified.startswith(("torch.cuda", "torch.library")):
+        if ops.is_torch_function(qualified):
             return Val(funcs=frozenset({"@" + qualified}))
         return CLEAN
 
@@ -111,18 +148,23 @@ class HostReader(CallSemantics, ExpressionSemantics, ControlFlow, TensorSemantic
 
     # -- entry -------------------------------------------------------------------------------
     def run_entry(self) -> HostFacts:
-        entry = self.globals.get(self.task.entry)
-        if entry is None:
-            self.facts.entry_found = self.task.entry in self.aliases
+        name = self.task.entry
+        if name not in self.globals and name not in self.aliases:
+            self.facts.entry_found = False
             self.facts.entry_followed = False
             return self.facts
+        entry = self.expr(ast.Name(name, ast.Load()), {})  # through aliases, as a call would see it
         key = next(iter(sorted(entry.funcs)), "")
         node = self.callables.get(key, (None, None))[0]
         if entry.obj is not None:
             key = f"{entry.obj.cls}.__call__"
             node = self.callables.get(key, (None, None))[0]
-        if not isinstance(node, ast.FunctionDef):  # e.g. functools.partial(...), an import
+        if key.startswith("@"):  # `from torch.nn.functional import linear`: the torch op itself
+            self.call_bound_entry(name)
+            return self.facts
+        if not isinstance(node, ast.FunctionDef):  # e.g. functools.partial(...), an extension's function
             self.facts.entry_followed = False
+            self.facts.entry_bound = self.bound_to(name)
             return self.facts
         names = [a.arg for a in node.args.posonlyargs + node.args.args]
         if entry.obj is not None:
@@ -134,6 +176,16 @@ class HostReader(CallSemantics, ExpressionSemantics, ControlFlow, TensorSemantic
             if part.mixed:
                 self.cross_row(part.mixed, node.lineno, "the returned output")
         return self.facts
+
+    def call_bound_entry(self, name: str) -> None:
+        """The entry bound to a callable without a `def` here, called as the task calls it, on the
+        line that binds it."""
+        line = self.bindings.get(name, (1, ""))[0]
+        params = [spec.name for spec in self.task.args]
+        env = {spec.name: self.contract_value(spec, spec.name, line) for spec in self.task.args}
+        call = ast.Call(ast.Name(name, ast.Load()), [ast.Name(p, ast.Load()) for p in params], [],
+                        lineno=line, col_offset=0)
+        self.call(ast.fix_missing_locations(call), env)
 
     def contract_value(self, spec, name: str, line: int) -> Val:
         if spec.kind == "scalar":
