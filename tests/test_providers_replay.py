@@ -214,3 +214,66 @@ def test_performance_feedback_about_batch_sizes_does_not_steer():
     feedback = "Correct. Speedup 0.8x at batch size 256 and 1.1x at batch size 1; make it faster."
     picks = {_which(_replay().complete(_conversation(answer, feedback), seed=s).text) for s in range(16)}
     assert picks == set(CORPUS) - {"row_per_program.py"}
+
+
+# Stable choices: what replay reads and what it never does --------------------------------------
+
+def _feedback(number: int, **outcome) -> str:
+    from agentloop.loop.prompts import Prompts
+
+    variables = {"number": number, "status": "accepted", "stage": None, "details": "", "error": None,
+                 "speedup": 1.0, "shapes": [], "best": None, "warnings": "", "production": None, **outcome}
+    return Prompts().turn("feedback", "bi-aware", **variables).content
+
+
+def _candidate(number: int, speedup: float | None = None, rejected_by: str | None = None):
+    from agentloop.evaluation.benchmark import BenchmarkResult
+    from agentloop.evaluation.stages import StageOutcome
+    from agentloop.loop.state import Candidate
+
+    bench = BenchmarkResult(task="rms_norm", dtype="bfloat16", device="cpu", speedup=speedup or 0.0,
+                            correct=True)
+    stages = {"benchmark": StageOutcome(stage="benchmark", passed=True, benchmark=bench)} if speedup else {}
+    code = f"def rms_norm(x, weight, eps):  # {number}\n    return x\n"
+    return Candidate(number=number, round=number, seed=number, answer=code, code=code, stages=stages,
+                     status="rejected" if rejected_by else "accepted", rejected_by=rejected_by)
+
+
+def test_stated_verdicts_are_read_from_the_templates_wording_without_numbers():
+    from agentloop.loop.prompts import Prompts, task_brief
+    from agentloop.loop.styles.base import shown
+    from agentloop.providers.replay import stated_verdicts
+    from gates.contract import get_task
+
+    fast = _feedback(1, speedup=1.234, best={"number": 1, "speedup": 1.234})
+    slow = _feedback(1, speedup=0.5, best={"number": 1, "speedup": 0.5})
+    rejected = _feedback(2, status="rejected", stage="dynamic", details="row 3 differs at batch 8")
+    answer = "Here it is.\n```python\n" + CORPUS["row_per_program.py"] + "```"
+    one, two = _conversation(answer, fast, answer, rejected), _conversation(answer, slow, answer, rejected)
+    assert one != two and stated_verdicts(one) == stated_verdicts(two) == (
+        (1, "accepted"), (2, "rejected by dynamic"))
+    # Lists and parents state verdicts as Candidate.summary() words them (evolve's prompt here).
+    parent, other = _candidate(1, speedup=1.5), _candidate(2, rejected_by="compile")
+    evolve = Prompts().messages("evolve", "bi-aware", **task_brief(get_task("rms_norm"), "cpu"),
+                                parent=shown(parent), inspirations=[shown(other)])
+    assert stated_verdicts(evolve) == ((1, "accepted"), (2, "rejected by compile"))
+
+
+def test_choices_do_not_depend_on_measured_numbers_but_on_verdicts_and_who_asks():
+    from agentloop.providers.base import request_meta
+
+    answer = "Here it is.\n```python\n" + CORPUS["row_per_program.py"] + "```"
+    replay = _replay()
+
+    def picks(feedback: str, meta: dict | None = None) -> list[str]:
+        token = request_meta.set(meta)
+        try:
+            return [_which(replay.complete(_conversation(answer, feedback), seed=s).text) for s in range(16)]
+        finally:
+            request_meta.reset(token)
+
+    fast, slow = _feedback(1, speedup=1.234), _feedback(1, speedup=0.5)
+    assert fast != slow and picks(fast) == picks(slow)
+    # The verdict, and the loop (cell, role) that asks, are inputs of the choice.
+    assert picks(_feedback(1, status="rejected", stage="compile", error="SyntaxError")) != picks(fast)
+    assert picks(fast, {"cell": "refine/bi-aware/replay", "role": "coder"}) != picks(fast)

@@ -164,3 +164,17 @@ def test_every_style_goes_through_the_same_nodes(tmp_path, style):
     assert (state.final is not None) == any(c.status == "accepted" for c in state.candidates)
     for c in state.candidates:
         assert list(c.stages) == list(STAGES[:len(c.stages)])
+
+
+def test_the_final_kernel_ignores_speed_differences_timing_noise_makes():
+    from agentloop.loop.state import speedup_tolerance
+
+    kernels = [_candidate(1, speedup=1.00), _candidate(2, speedup=1.50), _candidate(3, speedup=1.52),
+               _candidate(4, speedup=1.40, bi=False)]
+    on_gpu = LoopState(task="rms_norm", candidates=kernels, tolerance=speedup_tolerance("cuda"))
+    assert on_gpu.best(bi_aware=True).number == 2  # within 3 % of the fastest, and earlier
+    assert LoopState(task="rms_norm", candidates=kernels[:2] + [_candidate(3, speedup=1.60)],
+                     tolerance=speedup_tolerance("cuda")).best(bi_aware=True).number == 3
+    on_cpu = LoopState(task="rms_norm", candidates=kernels, tolerance=speedup_tolerance("cpu"))
+    assert on_cpu.best(bi_aware=True).number == 1  # the interpreter's timings say nothing
+    assert on_cpu.best(bi_aware=False).number == 1

@@ -51,7 +51,7 @@ from agentloop.evaluation.pool import WorkerPool
 from agentloop.loop.cell import Cell
 from agentloop.loop.context import LoopContext, RunAborted
 from agentloop.loop.graph import build_graph
-from agentloop.loop.state import Candidate, LoopState
+from agentloop.loop.state import Candidate, LoopState, speedup_tolerance
 from agentloop.loop.styles import ROLES, make_style
 from agentloop.providers import ExchangeRecorder, Provider, ProviderError, get_provider
 from agentloop.results.archive import ArchiveOptions, loop_seeds, open_archive
@@ -632,7 +632,7 @@ def run_loop_graph(graph: Any, ctx: LoopContext) -> LoopState:
               "recursion_limit": RECURSION_LIMIT}
     snapshot = graph.get_state(config)
     if not snapshot.values:
-        start: LoopState | None = LoopState(task=ctx.task.name)
+        start: LoopState | None = LoopState(task=ctx.task.name, tolerance=speedup_tolerance(ctx.device))
     elif snapshot.tasks:  # not `next`, which leaves out a task whose writes were saved before a kill
         start = None  # continue from the checkpoint
     else:

@@ -3,10 +3,13 @@ recorded and no answered request ever asked twice.
 
 Every answer goes into the results store (`exchanges`) before the loop uses it, and into
 `RUN_DIR/exchanges.jsonl`. The loop's checkpointed state lists the request hashes it has used
-(`LoopState.answered`); a request whose hash the store has answered more often than the state
-has used (a node killed after the answer came, before its checkpoint) is answered from the store
-instead of the provider. Identical requests are interchangeable answers, so which of them a
-resumed run gets back does not matter.
+(`LoopState.answered`); a request whose hash the store had answered, before the node began, more
+often than the state has used (a node killed after the answer came, before its checkpoint) is
+answered from the store instead of the provider. Identical requests are taken as interchangeable
+answers (the store keeps no seed), so which of them a resumed run gets back is not checked.
+
+What a request's provider is told about it (`request_meta`: cell, task, role, turn) is the same
+in every run of a campaign: nothing in it depends on how fast the loop's threads run.
 """
 
 from __future__ import annotations
@@ -39,6 +42,16 @@ class AgentLLM:
         self.reused = 0
         """Answers taken from the store rather than the provider."""
         self._used = Counter(answered)
+        # Each role's answers before this node (the loop's earlier nodes, resumed runs included).
+        self._turns = {r["role"]: r["n"] for r in store.query(
+            "SELECT role, COUNT(*) AS n FROM exchanges WHERE cell = ? AND task = ? GROUP BY role",
+            cell, task)}
+        self._asked: Counter[tuple[str, int]] = Counter()
+        # Answers this node may take from the store: those stored before it began (by a node
+        # killed after them). Not those its own parallel requests store meanwhile: identical
+        # requests with other seeds (evolve's first drafts) would get each other's answers, as
+        # the threads happen to run.
+        self._stored_before = store.query("SELECT COALESCE(MAX(id), 0) AS n FROM exchanges")[0]["n"]
         self._before = usage
         self._max_calls = max_calls
         self._lock = threading.Lock()
@@ -53,11 +66,22 @@ class AgentLLM:
     def provider(self, role: str) -> Provider:
         return self.providers.get(role) or self.providers["coder"]
 
+    def turn(self, role: str, seed: int) -> int:
+        """The `turn` of the next request of a role for a seed (`replay:RUN_DIR` matches the
+        recorded turn by it): the role's answers before this node, plus those this node asked it
+        for the same seed (a team's coder revises its draft). It does not count the round's
+        other requests, which run in parallel: it is the same in every run, a lower bound of the
+        role's answers before the request (the seed tells a round's requests apart)."""
+        with self._lock:
+            turn = self._turns.get(role, 0) + self._asked[(role, seed)]
+            self._asked[(role, seed)] += 1
+        return turn
+
     def _stored(self, digest: str, occurrence: int) -> Completion | None:
         rows = self.store.query(
-            "SELECT * FROM exchanges WHERE cell = ? AND task = ? AND request_hash = ? "
+            "SELECT * FROM exchanges WHERE cell = ? AND task = ? AND request_hash = ? AND id <= ? "
             "ORDER BY id LIMIT 1 OFFSET ?",
-            self.cell, self.task, digest, occurrence)
+            self.cell, self.task, digest, self._stored_before, occurrence)
         if not rows:
             return None
         r = rows[0]
@@ -78,11 +102,7 @@ class AgentLLM:
                 self.reused += 1
         else:
             provider = self.provider(role)
-            # turn: answers this loop's role had before this request, across resumed runs too
-            # (`replay:RUN_DIR` matches the recorded turn by it).
-            before = self.store.query("SELECT COUNT(*) AS n FROM exchanges WHERE cell = ? AND task = ? "
-                                      "AND role = ?", self.cell, self.task, role)[0]["n"]
-            meta = {"cell": self.cell, "task": self.task, "role": role, "turn": before}
+            meta = {"cell": self.cell, "task": self.task, "role": role, "turn": self.turn(role, seed)}
             token = request_meta.set(meta)
             try:
                 completion = provider.complete(messages, seed=seed)

@@ -5,7 +5,9 @@ the fields it changes.
 candidate still pending, in parallel through the worker pool (behind the evaluation cache). A
 candidate that a stage rejects leaves the round with feedback; in baseline mode the BI stages
 (static, dynamic) record their outcome and reject nothing. `finish` picks the final kernel,
-audits its batch invariance and writes the loop's result.
+audits its batch invariance and writes the loop's result. Measured speedups choose nothing but
+through `LoopState.best` and its tolerance, so timing noise does not change a run's course (a
+campaign's `budget.wall_s` stops a loop by the clock, as asked).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from agentloop.evaluation.benchmark import BenchmarkResult
 from agentloop.evaluation.stages import BI_STAGES, STAGES, Stage, code_hash
 from agentloop.loop.context import LoopContext
 from agentloop.loop.records import archive_candidate, record_candidate
-from agentloop.loop.state import Candidate, LoopState
+from agentloop.loop.state import Candidate, LoopState, fastest
 from agentloop.loop.styles import Proposing
 from agentloop.providers.extract import extract_code
 from agentloop.results.store import kernel_file
@@ -60,9 +62,8 @@ def feedback(c: Candidate, state: LoopState, ctx: LoopContext) -> str:
     elif c.accepted:
         bench = c.stages["benchmark"].benchmark
         variables["shapes"] = [{"dims": s.dims, "speedup": s.speedup} for s in bench.shapes]
-        best = state.best(ctx.bi_aware)
-        if best is None or (c.speedup or 0) > (best.speedup or 0):
-            best = c
+        # The best so far with this one counted, by the final kernel's rule (`fastest`).
+        best = fastest([*state.eligible(ctx.bi_aware), c], state.tolerance) or c
         variables["best"] = {"number": best.number, "speedup": best.speedup}
         variables["production"] = production_feedback(bench)
         static = c.stages.get("static")
@@ -200,8 +201,10 @@ def benchmark(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, Any]
 
 
 def finish(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, Any]:
-    """Pick the final kernel (the fastest eligible candidate), audit its batch invariance with
-    the dynamic gate whatever the mode, save it, and write the loop's result."""
+    """Pick the final kernel, audit its batch invariance with the dynamic gate whatever the mode,
+    save it, and write the loop's result. The final kernel is the earliest eligible candidate
+    whose speedup is within `SPEEDUP_TOLERANCE` (3 %) of the fastest one's (`LoopState.best`):
+    timing noise between runs does not change it."""
     ctx = runtime.context
     ctx.report_stage("final audit")
     start = time.perf_counter()

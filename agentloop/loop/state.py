@@ -15,6 +15,22 @@ from agentloop.evaluation.stages import StageOutcome
 
 Status = Literal["pending", "accepted", "rejected"]
 
+SPEEDUP_TOLERANCE = 0.03
+"""Speedups within 3 % of each other count as equal when kernels are ranked by speed (the final
+kernel, evolve's elites, the team's kernel to beat): two timings of one kernel differ by a few
+percent from run to run (clocks, a shared machine, Triton's interpreter on a CPU), so a smaller
+difference says nothing about which kernel is faster, and a choice made on it would flip from
+one run to the next."""
+CPU_SPEEDUP_TOLERANCE = float("inf")
+"""On a CPU every accepted kernel counts as equally fast: Triton's interpreter times Python, not
+the kernel (one kernel measured 0.0057x in one demo run and 0.0034x in the next), so the final
+kernel there is the earliest eligible one and offline runs keep the same kernels."""
+
+
+def speedup_tolerance(device: str) -> float:
+    """The relative difference below which two speedups measured on `device` count as equal."""
+    return CPU_SPEEDUP_TOLERANCE if device == "cpu" else SPEEDUP_TOLERANCE
+
 
 class Candidate(BaseModel):
     """One proposed kernel and what became of it."""
@@ -121,6 +137,9 @@ class LoopState(BaseModel):
     """Number of the final kernel (set by the finish node); None when none was eligible."""
     bi_pass: bool | None = None
     """The independent dynamic audit of the final kernel (set by the finish node)."""
+    tolerance: float = SPEEDUP_TOLERANCE
+    """Speedups within this relative difference count as equal (`speedup_tolerance` of the
+    campaign's device, set when the loop starts)."""
 
     def candidate(self, number: int) -> Candidate:
         return self.candidates[number - 1]
@@ -136,6 +155,32 @@ class LoopState(BaseModel):
         return [c for c in self.candidates if c.accepted and (c.bi_passed or not bi_aware)]
 
     def best(self, bi_aware: bool) -> Candidate | None:
-        """The fastest eligible candidate; the earliest among equals."""
-        eligible = self.eligible(bi_aware)
-        return max(eligible, key=lambda c: (c.speedup or 0.0, -c.number)) if eligible else None
+        """The final kernel so far: of the eligible candidates, the earliest whose speedup is within
+        the loop's `tolerance` of the fastest one's (`fastest`)."""
+        return fastest(self.eligible(bi_aware), self.tolerance)
+
+
+def _speed(c: Candidate) -> float:
+    return c.speedup or 0.0
+
+
+def fastest(candidates: list[Candidate], tolerance: float = SPEEDUP_TOLERANCE) -> Candidate | None:
+    """The fastest candidate by a rule that timing noise does not flip: the earliest (lowest
+    number) whose speedup is within `tolerance` (relative) of the highest; None for none."""
+    if not candidates:
+        return None
+    top = max(_speed(c) for c in candidates)
+    near = [c for c in candidates if _speed(c) > 0 and _speed(c) * (1 + tolerance) >= top]
+    return min(near or candidates, key=lambda c: c.number)
+
+
+def by_speed(candidates: list[Candidate], tolerance: float = SPEEDUP_TOLERANCE) -> list[Candidate]:
+    """Candidates fastest first by the rule of `fastest`: the fastest, then the fastest of the
+    rest, and so on (speedups within the tolerance keep their order of proposal)."""
+    left, ranked = list(candidates), []
+    while left:
+        pick = fastest(left, tolerance)
+        assert pick is not None
+        ranked.append(pick)
+        left = [c for c in left if c is not pick]
+    return ranked

@@ -14,8 +14,11 @@ sources; it never reads the corpus manifest (the labels). What it reads in the c
   reductions, vendor matmuls, batch-wide values, padded lengths) it prefers sources that do not
   show it; where it speaks of batch invariance in general ("bitwise", "invariant", "BI001"...) it
   prefers sources that show fewer hazards. The prose claims only what the chosen source shows.
-  Ties are broken by a generator seeded by the seed and the conversation, so one conversation
-  and seed always get one answer.
+  Ties are broken by a generator seeded by what is stable across runs: the seed, the task, the
+  cell and role (the loop's request meta), the turn (the answers earlier in the conversation) and
+  the verdicts the request states on earlier candidates (`stated_verdicts`). Never by the rest
+  of the text: prompts carry measured speedups and times, which differ from run to run, so a
+  campaign on `replay` repeats its candidates whatever its timings.
 
 Its answer is prose and one fenced ```python block holding a corpus source verbatim.
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import random
 import re
 import threading
@@ -63,6 +67,15 @@ _GENERAL_BI = re.compile(r"bitwise|invarian|\bBI\d{3}\b|determinis|batch[- ]depe
 _REVIEW_ASK = re.compile(r"verdict:\s*approve.*verdict:\s*revise|verdict:\s*revise.*verdict:\s*approve",
                          re.IGNORECASE | re.DOTALL)
 _BATCH_NAMES = r"(?:T|M|B|N_ROWS|n_rows|num_tokens|num_seqs|batch|batch_size|bs|x\.shape\[0\])"
+# Verdicts as the prompt templates (prompts/_outcome.j2, Candidate.summary) state them: a
+# "## Feedback on candidate 3" heading and its first line, or "candidate 3 (accepted, 1.2x
+# speedup)" and "Candidate 3: rejected by the static stage" in lists.
+_FEEDBACK_VERDICT = re.compile(r"^#+[ \t]*Feedback on candidate[ \t]+(\d+)[ \t]*\n\s*"
+                               r"(Accepted|Rejected by the ([\w-]+) stage|Your answer held no code)",
+                               re.MULTILINE | re.IGNORECASE)
+_SUMMARY_VERDICT = re.compile(
+    r"\bcandidate[ \t]+(\d+)(?:[ \t]*:[ \t]*|[ \t]+\()"
+    r"(accepted|rejected by the ([\w-]+) stage|rejected: no code|not evaluated yet)", re.IGNORECASE)
 
 
 class Hazard(NamedTuple):
@@ -128,6 +141,38 @@ def feedback_text(messages: list[Message]) -> str:
     return "\n".join(parts)
 
 
+Verdicts = tuple[tuple[int, str], ...]
+
+
+def _verdict(said: str, stage: str | None) -> str:
+    said = said.lower()
+    if stage:
+        return f"rejected by {stage.lower()}"
+    if said.startswith(("your answer", "rejected: no code")):
+        return "rejected by extract"
+    return "pending" if said.startswith("not evaluated") else "accepted"
+
+
+def stated_verdicts(messages: list[Message]) -> Verdicts:
+    """The verdicts on earlier candidates that a request states (its prompts and feedback, not
+    the answers), as (candidate number, "accepted" | "rejected by <stage>" | "pending") sorted:
+    what a request says about earlier outcomes without its measured numbers."""
+    found: set[tuple[int, str]] = set()
+    for m in messages:
+        if m.role == "assistant":
+            continue
+        for f in _FEEDBACK_VERDICT.finditer(m.content):
+            found.add((int(f.group(1)), _verdict(f.group(2), f.group(3))))
+        for f in _SUMMARY_VERDICT.finditer(m.content):
+            found.add((int(f.group(1)), _verdict(f.group(2), f.group(3))))
+    return tuple(sorted(found))
+
+
+def verdicts_line(verdicts: Verdicts) -> str:
+    """Verdicts in words, for messages."""
+    return "; ".join(f"candidate {n} {v}" for n, v in verdicts) or "no verdicts"
+
+
 def _normal(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).strip()
 
@@ -171,6 +216,16 @@ class ReplayProvider(Provider):
             raise ProviderError(f"replay: no candidate sources for task {task!r} in {directory}")
         return {p.name: p.read_text(encoding="utf-8") for p in files}
 
+    @staticmethod
+    def choice_key(messages: list[Message], seed: int | None, task: str) -> str:
+        """What breaks ties between equally good sources: the seed, the task, the cell and role
+        of the loop's request meta (empty outside a loop), the turn in the conversation and the
+        verdicts the request states; nothing measured (see the module docstring)."""
+        meta = request_meta.get() or {}
+        turn = sum(m.role == "assistant" for m in messages)
+        return json.dumps([seed or 0, task, str(meta.get("cell", "")), str(meta.get("role", "")), turn,
+                           stated_verdicts(messages)])
+
     def choose(self, messages: list[Message], seed: int | None) -> tuple[str, str]:
         """(prose, source) of the answer to a conversation."""
         task = find_task(messages)
@@ -190,7 +245,7 @@ class ReplayProvider(Provider):
             return 2 * len(signs & named) + (len(signs) if general else 0)
 
         best = min(penalty(f) for f in unseen)
-        digest = hashlib.sha256(f"{seed or 0}|{task}|{request_hash(messages)}".encode()).hexdigest()
+        digest = hashlib.sha256(self.choice_key(messages, seed, task).encode()).hexdigest()
         chosen = random.Random(int(digest[:16], 16)).choice([f for f in unseen if penalty(f) == best])
         source = sources[chosen]
 
@@ -241,30 +296,35 @@ class RunReplayOptions(ProviderOptions):
 
 
 class Divergence(NamedTuple):
-    """Where a replayed loop's conversation first left the record."""
+    """Where a replayed loop first left the record: a request that states other verdicts on
+    earlier candidates than the recorded request of its turn did."""
 
     turn: int
     """The role's request number in the loop (1 = its first request)."""
     role: str
     recorded: str
-    """Hash of the recorded request."""
+    """The verdicts the recorded request stated (`verdicts_line`)."""
     asked: str
-    """Hash of the request this run made."""
+    """The verdicts the request of this run states."""
 
 
 class RunReplayProvider(Provider):
     """`replay:RUN_DIR`: the answers recorded in RUN_DIR/exchanges.jsonl, turn by turn.
 
-    Within a campaign (the loop says who asks: cell, task and role), a request gets the answer
-    recorded for the same turn of the same loop: same style, mode and task (the cell's provider
-    is not compared: the recorded run used another one), same role, and the k-th such request
-    the k-th recorded answer (k counted across resumed runs: the loop says how many answers the
-    role had), a recorded answer with the same seed first (a round's candidates are asked in
-    parallel). The request's content hash is only a check: prompts carry measured
-    speedups, so a replay on another machine asks other words and still gets the recorded
-    answer; where they differ the loop's first divergence is kept (`divergences`,
-    `divergence_lines`). Outside a campaign (no loop meta) a request is matched by its hash,
-    identical requests in record order. A turn that the record does not hold is an error.
+    Within a campaign (the loop says who asks: cell, task, role and turn), a request gets the
+    answer recorded for the same turn of the same loop: same style, mode and task (the cell's
+    provider is not compared: the recorded run used another one), same role, among the role's
+    recorded answers from its turn on (the loop's `turn`: the role's answers before the request's
+    round, across resumed runs too, `AgentLLM.turn`) not given yet: the one recorded with the same
+    seed first (a round's requests are asked in parallel), then one whose request stated the same
+    verdicts on earlier candidates (`stated_verdicts`), then the earliest. The request's text is
+    not compared: prompts carry measured speedups and times, so a replay, on this machine or
+    another, asks other words and still gets the recorded answers, its candidates in order. Where
+    a request states other verdicts than the recorded one (a candidate accepted there is rejected
+    here), the loop has left the record: its first divergence is kept (`divergences`,
+    `divergence_lines`) and the recorded answers are given from there on. Outside a campaign (no
+    loop meta) a request is matched by its hash, identical requests in record order. A turn that
+    the record does not hold is an error.
     """
 
     name = "replay"
@@ -274,6 +334,7 @@ class RunReplayProvider(Provider):
         super().__init__(model, **options)
         self._answers: dict[str, deque[str]] = defaultdict(deque)
         self._turns: dict[tuple[str, str, str, str], list[ExchangeRecord]] = defaultdict(list)
+        self._verdicts: dict[int, Verdicts] = {}
         for rec in read_exchanges(model):
             if rec.text is None:
                 continue
@@ -281,11 +342,14 @@ class RunReplayProvider(Provider):
             key = self._turn_key(rec.meta)
             if key is not None:
                 self._turns[key].append(rec)
+                self._verdicts[rec.n] = stated_verdicts(rec.messages)
         self._taken: set[int] = set()
         self.divergences: dict[str, Divergence] = {}
         """First divergence per loop ("style/mode|task")."""
         self.matched = 0
-        """Requests whose hash equals the recorded one."""
+        """Requests whose hash equals the recorded one (the same words, numbers included)."""
+        self.agreed = 0
+        """Requests that state the same verdicts as the recorded one."""
         self._lock = threading.Lock()
 
     @staticmethod
@@ -303,7 +367,10 @@ class RunReplayProvider(Provider):
         key = self._turn_key(meta)
         turn = meta.get("turn") if isinstance(meta.get("turn"), int) else None
         with self._lock:
-            text = self._by_turn(key, digest, seed, turn) if key is not None else self._by_hash(digest)
+            if key is None:
+                text = self._by_hash(digest)
+            else:
+                text = self._by_turn(key, messages, digest, seed, turn)
         return Completion(text=text, latency_s=time.perf_counter() - start, model=self.model,
                           provider=self.name, cost_usd=0.0)
 
@@ -315,30 +382,33 @@ class RunReplayProvider(Provider):
                                 "this run asked what the recorded run did not")
         return queue.popleft()
 
-    def _by_turn(self, key: tuple[str, str, str, str], digest: str, seed: int | None,
-                 turn: int | None) -> str:
+    def _by_turn(self, key: tuple[str, str, str, str], messages: list[Message], digest: str,
+                 seed: int | None, turn: int | None) -> str:
         style, mode, task, role = key
         loop = f"{style}/{mode}|{task}"
         records = self._turns.get(key, [])
-        left = [r for i, r in enumerate(records) if r.n not in self._taken and (turn is None or i >= turn)]
-        left = left or [r for r in records if r.n not in self._taken]
+        untaken = [(i, r) for i, r in enumerate(records) if r.n not in self._taken]
+        left = [(i, r) for i, r in untaken if turn is None or i >= turn] or untaken
         if not left:
             raise ProviderError(f"{self.spec}: loop {loop} asks its {role} for answer {len(records) + 1}, "
                                 f"but the record holds {len(records)}; replay the campaign as it was "
                                 "recorded (its budget, styles and modes)")
-        rec = next((r for r in left if r.seed == seed), left[0])
+        verdicts = stated_verdicts(messages)
+        i, rec = min(left, key=lambda ir: (ir[1].seed != seed, self._verdicts[ir[1].n] != verdicts, ir[0]))
         self._taken.add(rec.n)
-        if rec.request_hash == digest:
-            self.matched += 1
+        self.matched += rec.request_hash == digest
+        if self._verdicts[rec.n] == verdicts:
+            self.agreed += 1
         elif loop not in self.divergences:
-            self.divergences[loop] = Divergence(records.index(rec) + 1, role, rec.request_hash, digest)
+            self.divergences[loop] = Divergence(i + 1, role, verdicts_line(self._verdicts[rec.n]),
+                                                verdicts_line(verdicts))
         return rec.text or ""
 
     def divergence_lines(self) -> list[str]:
-        """One line per loop whose conversation left the record, and where."""
-        return [f"replay: {loop} diverged from the record at its {d.role} request {d.turn}: it asked "
-                f"{d.asked[:12]}, the record holds {d.recorded[:12]}; the recorded answers were given "
-                "from there on" for loop, d in sorted(self.divergences.items())]
+        """One line per loop that left the record (its verdicts differ), and where."""
+        return [f"replay: {loop} diverged from the record at its {d.role} request {d.turn}: it states "
+                f"{d.asked}, the record {d.recorded}; the recorded answers were given from there on"
+                for loop, d in sorted(self.divergences.items())]
 
 
 def replay_provider(model: str = "", **options: Any) -> Provider:

@@ -1,13 +1,15 @@
 """`evolve`: a population of kernels. Each round, several children are proposed at once, each
 from a parent taken among the elites (the best so far) and a few inspirations chosen for
-diversity (different outcomes from the parent's and from each other's)."""
+diversity (different outcomes from the parent's and from each other's). Kernels are ranked by
+their verdicts and by speed with the final kernel's tolerance, never by raw timings, so a
+repeated run picks the same parents."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentloop.evaluation.stages import STAGES
-from agentloop.loop.state import Candidate
+from agentloop.loop.state import SPEEDUP_TOLERANCE, Candidate, by_speed
 from agentloop.loop.styles.base import Proposal, Proposing, Style, shown
 
 
@@ -24,11 +26,22 @@ class EvolveSettings(BaseModel):
 
 
 def fitness(c: Candidate, bi_aware: bool) -> tuple:
-    """Rank of a kernel in the population: eligible as a final kernel first, then speed, then
-    how far through the stages it got, then age (older first among equals)."""
+    """The class of a kernel in the population, better first: eligible as a final kernel, then
+    how far through the stages it got (speed and age order kernels within a class: `rank`)."""
     eligible = c.accepted and (c.bi_passed or not bi_aware)
     reached = len(STAGES) if c.accepted else (STAGES.index(c.rejected_by) if c.rejected_by in STAGES else -1)
-    return (eligible, c.speedup or 0.0, reached, -c.number)
+    return (eligible, reached)
+
+
+def rank(candidates: list[Candidate], bi_aware: bool,
+         tolerance: float = SPEEDUP_TOLERANCE) -> list[Candidate]:
+    """Kernels best first: by `fitness`, then by speed as the final kernel is chosen
+    (`agentloop.loop.state.by_speed`: speedups within its tolerance count as equal, so timing
+    noise does not change the parents), then older first."""
+    classes: dict[tuple, list[Candidate]] = {}
+    for c in sorted(candidates, key=lambda c: c.number):
+        classes.setdefault(fitness(c, bi_aware), []).append(c)
+    return [c for key in sorted(classes, reverse=True) for c in by_speed(classes[key], tolerance)]
 
 
 def niche(c: Candidate) -> tuple:
@@ -54,7 +67,7 @@ class EvolveStyle(Style):
             if c.code_hash and c.code_hash not in seen and c.status != "pending":
                 seen.add(c.code_hash)
                 distinct.append(c)
-        return sorted(distinct, key=lambda c: fitness(c, p.bi_aware), reverse=True)
+        return rank(distinct, p.bi_aware, p.state.tolerance)
 
     def inspirations(self, ranked: list[Candidate], parent: Candidate) -> list[Candidate]:
         """Up to `inspirations` kernels besides the parent: the best of each outcome the parent
