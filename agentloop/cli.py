@@ -10,11 +10,14 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -27,7 +30,7 @@ progress_console = Console(soft_wrap=True)
 
 def fail_input(message: str) -> None:
     """Exit 2 with a one-line message: the input could not be used."""
-    errors.print(f"[bold red]error:[/] {message}")
+    errors.print(f"[bold red]error:[/] {escape(message)}")  # "[float32, H=256]" is no markup
     raise typer.Exit(2)
 
 
@@ -78,20 +81,34 @@ def tasks(as_json: bool = typer.Option(False, "--json", help="Print the suite as
         suite = load_suite()
     except TaskError as exc:
         fail_input(str(exc))
+    def signature(t: Any) -> str:
+        return f"{t.entry}(" + ", ".join(f"{a.name}[{','.join(a.axes)}]" if a.kind == "tensor" else a.name
+                                         for a in t.args) + ")"
+
     if as_json:
-        rows = [{"name": t.name, "summary": t.summary, "entry": t.entry,
+        rows = [{"name": t.name, "summary": t.summary, "entry": t.entry, "signature": signature(t),
                  "batched": t.batched_args + [o.name for o in t.outputs if o.batched],
                  "dtypes": t.dtypes, "shapes": len(t.shapes)} for t in suite.values()]
         print(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"{len(suite)} tasks")
+    from rich import box
+
+    table = Table(title=f"{len(suite)} tasks", box=box.SIMPLE_HEAD)
     table.add_column("task", no_wrap=True, min_width=max(len(n) for n in suite))  # never cut a name
-    for col in ("entry signature", "dtypes", "summary"):
-        table.add_column(col, overflow="fold")
+    # Break lines between arguments and dtypes, never inside one (rich folds only a word wider
+    # than its column): each column is at least as wide as its longest word.
+    args = lambda t: signature(t)[len(t.entry):] if t.entry == t.name else signature(t)
+    longest_arg = max(len(w) for t in suite.values() for w in args(t).split())
+    table.add_column("arguments", min_width=longest_arg, max_width=max(longest_arg, 30), overflow="fold")
+    widest = max(len(d) for t in suite.values() for d in t.dtypes) + 1
+    table.add_column("dtypes", min_width=widest, max_width=widest)
+    table.add_column("summary", overflow="fold", min_width=20)
     for t in suite.values():
-        sig = ", ".join(f"{a.name}[{','.join(a.axes)}]" if a.kind == "tensor" else a.name for a in t.args)
-        table.add_row(t.name, f"{t.entry}({sig})", ",".join(t.dtypes), t.summary)
+        # Escaped: rich would take "[T,H]" or "seq_lens[b]" for markup and drop it.
+        table.add_row(t.name, escape(args(t)), escape(", ".join(t.dtypes)), escape(t.summary))
     Console(soft_wrap=False).print(table)
+    console.print("arguments: the entry function's, named after the task; [axes] of each tensor",
+                  highlight=False, markup=False)
 
 
 def _positive(value: float | None) -> float | None:
@@ -139,14 +156,20 @@ def audit(
     if (candidate is None) == (entry is None):
         fail_input("give a candidate file or --entry package.module:function, not both" if entry
                    else "give a candidate file, or --entry package.module:function")
-    try:
-        if entry is not None:
-            from gates.library import resolve_entry
+    with interrupts_raise():
+        try:
+            if entry is not None:
+                from gates.library import resolve_entry
 
-            candidate = resolve_entry(entry, spec, adapter)
-        verdict = audit_until_timeout(candidate, spec, gate, device, timeout)
-    except CandidateError as exc:
-        fail_input(str(exc))
+                candidate = resolve_entry(entry, spec, adapter)
+            verdict = audit_until_timeout(candidate, spec, gate, device, timeout)
+        except CandidateError as exc:
+            fail_input(str(exc))
+        except KeyboardInterrupt:
+            errors.print("interrupted", highlight=False)
+            raise typer.Exit(130) from None
+    from gates.audit import CPU_NOTE
+
     if as_json:
         from gates.audit import verdict_json
 
@@ -154,7 +177,8 @@ def audit(
     else:
         for result in verdict.gates:
             mark = "[green]pass[/]" if result.passed else "[bold red]FAIL[/]"
-            console.print(f"{result.gate:<12} {mark}  {result.seconds:6.2f} s", highlight=False)
+            covered = f"  [dim]{escape(result.coverage)}[/]" if result.coverage else ""
+            console.print(f"{result.gate:<12} {mark}  {result.seconds:6.2f} s{covered}", highlight=False)
         if verdict.verdict == "reject" or "Warnings" in verdict.feedback:
             console.print(verdict.feedback, highlight=False, markup=False, soft_wrap=True)
         if verdict.isolation is not None:
@@ -162,40 +186,98 @@ def audit(
 
             console.print(f"[dim]caged: {describe_isolation(verdict.isolation)}[/]", highlight=False)
         colour = "green" if verdict.verdict == "accept" else "bold red"
-        console.print(f"[{colour}]{verdict.verdict}[/] ({verdict.seconds:.1f} s)", highlight=False)
+        where = f" on {verdict.device}" + (f" ({CPU_NOTE})" if verdict.device == "cpu" else "")
+        ran = [g for g in verdict.gates if g.coverage]
+        covered = "; ".join(f"{g.gate} {g.coverage}" for g in ran) or (
+            "static analysis only" if all(g.gate == "static" for g in verdict.gates)
+            else "no sizes covered: the gates could not run the candidate")
+        console.print(f"[{colour}]{verdict.verdict}[/]{where} ({verdict.seconds:.1f} s): {escape(covered)}",
+                      highlight=False)
     raise typer.Exit(0 if verdict.verdict == "accept" else 1)
+
+
+@contextmanager
+def interrupts_raise() -> Iterator[None]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in the main thread while the block runs, even
+    where the process was started with SIGINT ignored (a shell's background job); a second
+    signal during the clean-up is ignored, so that the workers are still killed."""
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    saved = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, old in saved.items():
+            signal.signal(s, old)
+
+
+class GateStatus:
+    """The status line of a running audit: the gate, its elapsed seconds, what it last said."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.clock = time.monotonic
+        self.gate, self.line, self.start = "", "", self.clock()
+
+    def begin(self, gate: str) -> None:
+        self.gate, self.line, self.start = gate, "", self.clock()
+
+    def said(self, gate: str, line: str) -> None:
+        if gate == self.gate:
+            self.line = line
+
+    def __rich__(self) -> str:
+        said = f", {self.line}" if self.line else ""
+        return escape(f"{self.gate} gate: {self.clock() - self.start:.0f} s{said}")
 
 
 def audit_until_timeout(candidate: Any, spec: Any, gates: list[str] | None, device: str | None,
                         timeout: float | None) -> Any:
     """`gates.audit.audit`, gate by gate in one worker, stopping after the first gate that ran
-    out of time: a hanging candidate would hang in every gate, each for the whole time-out."""
+    out of time (a hanging candidate would hang in every gate, each for the whole time-out) or
+    could not import the candidate. While a gate runs, a status line on stderr (a terminal only)
+    says which gate, for how long, and the dynamic gate's batch."""
+    import contextlib
     import time
 
     from gates.audit import GATES, default_device
     from gates.audit import audit as run_audit
     from gates.feedback import render
     from gates.judge.sandbox import Sandbox
+    from gates.library import IMPORT_FAILED
     from gates.verdict import Verdict
 
     wanted = [g for g in GATES if g in (gates or GATES)]
     start = time.perf_counter()
     results, isolation = [], None
-    sandbox = Sandbox(device or default_device()) if any(g != "static" for g in wanted) else None
+    device = device or default_device()
+    status = GateStatus()
+    shown = errors.status(status) if errors.is_terminal else contextlib.nullcontext()
+    sandbox = None
     try:
-        for g in wanted:
-            one = run_audit(candidate, spec, gates=[g], device=device, timeout=timeout, sandbox=sandbox)
-            results.extend(one.gates)
-            isolation = one.isolation or isolation
-            if any((r.error or "").startswith("timed out") for r in one.gates):
-                break
+        with shown:
+            sandbox = Sandbox(device) if any(g != "static" for g in wanted) else None
+            for g in wanted:
+                status.begin(g)
+                one = run_audit(candidate, spec, gates=[g], device=device, timeout=timeout, sandbox=sandbox,
+                                progress=status.said)
+                results.extend(one.gates)
+                isolation = one.isolation or isolation
+                if any((r.error or "").startswith(("timed out", IMPORT_FAILED)) for r in one.gates):
+                    break
     finally:
         if sandbox is not None:
             sandbox.close()
     verdict = Verdict(task=spec.name, candidate=str(candidate), seconds=time.perf_counter() - start,
                       verdict="accept" if all(r.passed for r in results) and len(results) == len(wanted)
-                      else "reject", gates=results, isolation=isolation)
-    verdict.feedback = render(verdict, spec, device or default_device())
+                      else "reject", gates=results, isolation=isolation, device=device)
+    verdict.feedback = render(verdict, spec, device)
     return verdict
 
 
@@ -314,7 +396,7 @@ def print_stopped(stop: Any) -> None:
     if stop.reason == "idle":
         dirs = sorted({str(p.parent) for p, _ in k.waiting})
         say = console
-        say.print(f"idle: {len(k.waiting)} request{'s' * (len(k.waiting) != 1)} wait for an answer in "
+        say.print(f"idle: {_requests_wait(len(k.waiting))} for an answer in "
                   f"{', '.join(dirs) or '-'}; the run ended after {stop.seconds:.0f} s", highlight=False)
     else:
         say.print(f"stopped by {stop.reason} after {stop.seconds:.0f} s; workers killed")
@@ -368,8 +450,8 @@ def status(run_dir: Path = typer.Argument(..., metavar="DIR", help="A run direct
         table.add_row(loop.loop, loop.state, str(loop.candidates), loop.final or ", ".join(loop.waits_for))
     Console(soft_wrap=False).print(table)
     done = sum(loop.state == "finished" for loop in found.loops)
-    console.print(f"{done} of {len(found.loops)} loops finished; {len(found.waiting)} exchange "
-                  f"request{'s' * (len(found.waiting) != 1)} wait for an answer", highlight=False)
+    console.print(f"{done} of {len(found.loops)} loops finished; exchange "
+                  f"{_requests_wait(len(found.waiting))} for an answer", highlight=False)
     for w in found.waiting:
         console.print(f"  {w.request} -> answer in {w.respond_with} ({w.loop or w.task or '?'})",
                       highlight=False)
@@ -377,3 +459,7 @@ def status(run_dir: Path = typer.Argument(..., metavar="DIR", help="A run direct
 
 if __name__ == "__main__":
     app()
+
+
+def _requests_wait(n: int) -> str:
+    return f"{n} request waits" if n == 1 else f"{n} requests wait"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +17,88 @@ from gates.candidate import CandidateError
 from gates.contract import Task
 from gates.feedback import render
 from gates.judge.environment import redact
-from gates.judge.sandbox import Job, Sandbox
+from gates.judge.sandbox import Job, Sandbox, report_progress
 from gates.library import IMPORT_FAILED, LibraryEntry
 from gates.library import static_result as library_static
+from gates.plan import batch_sizes, gate_dtypes
 from gates.source import read_candidate, static_result
 from gates.verdict import GateResult, Verdict
 
 GATES = ("static", "dynamic", "correctness")
-JOBS = {"dynamic": "gates.dynamic:dynamic_job", "correctness": "gates.correctness:correctness_job"}
-DEFAULT_TIMEOUT = {"cpu": 300.0, "cuda": 120.0}
-"""Seconds one gate may run a candidate, by device (the CPU interpreter is slow)."""
+JOBS = {"dynamic": "gates.audit:dynamic_progress_job", "correctness": "gates.correctness:correctness_job"}
+DEFAULT_TIMEOUT = {"cpu": 180.0, "cuda": 120.0}
+"""Seconds one gate may run a candidate, by device. CPU: measured with `agentloop audit --device
+cpu` on this 2-core machine, the slowest honest corpus kernel is decode_attention's
+fixed_chunk_split_kv.py: its dynamic gate took 32 s alone and 111 s with the cores shared with
+other work (correctness 3-12 s); the next slowest are grouped_decode.py (47 s, loaded) and
+moe_topk_softmax's row_per_program.py (17 s); linear and token_logprobs at most 11 s. 180 s is
+about 1.6x the slowest loaded run (5.6x the unloaded one): an honest kernel is not timed out on
+a busy machine, and a hang costs three minutes, not five (`agentloop audit` also stops at the
+first gate that times out)."""
+CPU_NOTE = "cpu interpreter: not a GPU verdict"
+"""What a verdict measured on the CPU says of itself: Triton's interpreter runs the kernel (tl.dot
+rounds by a row's tile position there, atomics run one at a time, bf16 hides one-ulp changes)."""
+UNSUPPORTED = ("not supported in interpreter mode", "interpreter does not support")
+"""How Triton's interpreter says it cannot run a construct (inline asm, extern elementwise)."""
+
+
+class CannotCheckHere(CandidateError):
+    """The candidate uses what this device cannot run (Triton's CPU interpreter): no verdict."""
+
+
+def _range_text(values: list[int]) -> str:
+    values = sorted(set(values))
+    if len(values) <= 4:
+        return ",".join(map(str, values))
+    return f"{values[0]}-{values[-1]} ({len(values)} sizes)"
+
+
+def coverage(gate: str, task: Task, device: str) -> str | None:
+    """What a gate sweeps for this task on this device, compact: the dynamic gate's batch sizes
+    and dtypes (`gates.plan`), the correctness gate's shapes, dtypes and seeds
+    (`gates.correctness.correctness_gate`)."""
+    if gate == "dynamic":
+        return f"batch {_range_text(batch_sizes(task, device))}, {'+'.join(gate_dtypes(task, device))}"
+    if gate == "correctness":
+        shapes = task.shapes_for(device)
+        sizes = [s[task.batch_axis] for s in shapes if task.batch_axis in s]
+        seeds = 2 if device == "cpu" else 3
+        return (f"{len(shapes)} shape{'s' * (len(shapes) != 1)}"
+                + (f" ({task.batch_axis}={_range_text(sizes)})" if sizes else "")
+                + f", {'+'.join(task.dtypes)}, {seeds} seeds")
+    return None
+
+
+def dynamic_progress_job(code: str, task: Task, device: str, seed: int = 0) -> GateResult:
+    """`gates.dynamic.dynamic_job`, telling the parent each call's batch size
+    (`gates.judge.sandbox.report_progress`) for `agentloop audit`'s status line."""
+    from gates.dynamic import dynamic_gate
+    from gates.judge.client import RemoteEntry
+    from gates.judge.runner_pool import run_gate
+
+    where = [a.name for a in task.args].index(task.batched_args[0]) if task.batched_args else None
+
+    def body(runner: object, _: object) -> GateResult:
+        entry, calls = RemoteEntry(runner), [0]
+
+        def traced(*args: object) -> object:
+            calls[0] += 1
+            size = getattr(args[where], "shape", None) if where is not None and where < len(args) else None
+            report_progress(f"call {calls[0]}" + (f", batch {size[0]}" if size else ""))
+            return entry(*args)
+
+        return dynamic_gate(traced, task, device, seed=seed)
+
+    return run_gate("dynamic", code, task, device, body)
+
+
+def unsupported_here(error: str, device: str, library: bool) -> bool:
+    """Whether a gate's error says the device cannot run the candidate, rather than that the
+    candidate is wrong: Triton's CPU interpreter lacking a construct (for a library's kernel,
+    also any failure raised inside the interpreter itself)."""
+    if device != "cpu":
+        return False
+    return any(u in error for u in UNSUPPORTED) or (library and "runtime/interpreter.py" in error)
 
 
 def default_device() -> str:
@@ -37,14 +109,18 @@ def default_device() -> str:
 
 
 def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str] | None = None,
-          device: str | None = None, timeout: float | None = None, sandbox: Sandbox | None = None) -> Verdict:
+          device: str | None = None, timeout: float | None = None, sandbox: Sandbox | None = None,
+          progress: Callable[[str, str], None] | None = None) -> Verdict:
     """Run the named gates (default all) on one candidate file, or on an installed library's
     callable (a `LibraryEntry`, `gates.library`), and return the Verdict.
 
-    Raises CandidateError for a file that cannot be audited at all (missing, syntax error, no
-    entry function) or a library entry whose module does not import in the runner, and
+    Raises CandidateError for a file that cannot be audited at all (missing, a directory, syntax
+    error, no entry function) or a library entry whose module does not import in the runner;
+    CannotCheckHere (a CandidateError) when Triton's CPU interpreter cannot run the kernel; and
     ValueError for an unknown gate. `sandbox` reuses a running worker (its device wins);
-    otherwise one is started for this call and stopped after it.
+    otherwise one is started for this call and stopped after it. A candidate file that fails to
+    import is rejected at the first gate that loads it (the later gates are not run).
+    `progress(gate, line)` is called as a gate reports where it is (e.g. the dynamic gate's batch).
     """
     start = time.perf_counter()
     wanted = list(gates) if gates else list(GATES)
@@ -54,6 +130,8 @@ def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str]
     library = candidate if isinstance(candidate, LibraryEntry) else None
     if library is None:
         candidate = Path(candidate)
+        if candidate.is_dir():
+            raise CandidateError(f"{candidate}: is a directory, expected a .py file")
         source = read_candidate(candidate, task)
     else:
         source = library.code
@@ -70,15 +148,33 @@ def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str]
                                static_result(source, task, candidate))
                 continue
             job = Job(JOBS[gate], {"code": source, "task": task, "device": sandbox.device})
-            outcome = sandbox.run(job, timeout)
+            said = (lambda line, gate=gate: progress(gate, line)) if progress else None
+            outcome = sandbox.run(job, timeout, progress=said)
             if outcome.ok and isinstance(outcome.value, GateResult):
-                results.append(outcome.value)
+                result = outcome.value
             else:
-                results.append(GateResult(gate=gate, passed=False, seconds=outcome.seconds,
-                                          error=outcome.error or "the gate returned no result"))
-            error = results[-1].error or ""
+                result = GateResult(gate=gate, passed=False, seconds=outcome.seconds,
+                                    error=outcome.error or "the gate returned no result")
+            error = result.error or ""
+            if error.startswith("timed out after"):
+                # The worker gives up a little before the limit, to answer in time: the gate used
+                # its whole limit, and says so in both places.
+                result = result.model_copy(update={"seconds": timeout})
+            if library is None and error:  # the runner loads the code as candidate.py: name the file
+                error = error.replace("(at candidate.py line", f"(at {candidate.name} line")
+                result = result.model_copy(update={"error": error})
+            # What the gate swept: its plan, when it ran the candidate through it (to the end or to
+            # the first finding); none when it could not run the candidate at all.
+            swept = None if result.error else coverage(gate, task, sandbox.device)
+            results.append(result.model_copy(update={"coverage": swept}))
+            if unsupported_here(error, sandbox.device, library is not None):
+                what = library.spec if library else str(candidate)
+                raise CannotCheckHere(f"{what}: cannot be checked here (the CPU interpreter does not "
+                                      f"support what the kernel uses: {error}); audit it on a GPU")
             if library and error.startswith(IMPORT_FAILED):  # the input is unusable, not rejected
                 raise CandidateError(f"--entry {library.spec}: {error}")
+            if error.startswith(IMPORT_FAILED):
+                break  # every later gate would load it again and fail the same way
         if sandbox is not None and any(g in JOBS for g in wanted):
             said = sandbox.run(Job("gates.judge.isolation:runner_isolation", {}), 60)
             isolation = said.value if said.ok and isinstance(said.value, dict) else None
@@ -87,7 +183,7 @@ def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str]
             own.close()
     verdict = Verdict(task=task.name, candidate=str(candidate), seconds=time.perf_counter() - start,
                       verdict="accept" if all(r.passed for r in results) else "reject", gates=results,
-                      isolation=isolation)
+                      isolation=isolation, device=device)
     verdict.feedback = render(verdict, task, device)
     return verdict
 
@@ -102,9 +198,15 @@ def verdict_json(verdict: Verdict) -> dict[str, Any]:
             entry["counterexample"] = g.counterexample.model_dump()
         if g.error:
             entry["error"] = g.error
+        if g.coverage:
+            entry["coverage"] = g.coverage
         gates.append(entry)
     out = {"task": verdict.task, "candidate": verdict.candidate, "verdict": verdict.verdict,
-           "seconds": round(verdict.seconds, 3), "gates": gates}
+           "seconds": round(verdict.seconds, 3), "device": verdict.device,
+           "coverage": {g.gate: g.coverage for g in verdict.gates if g.coverage}, "gates": gates}
+    if verdict.device == "cpu":
+        out["note"] = CPU_NOTE
     if verdict.isolation is not None:
         out["isolation"] = verdict.isolation
     return json.loads(redact(json.dumps(out)))  # a key the candidate found never leaves in a report
+

@@ -43,6 +43,9 @@ class GateResult(BaseModel):
     counterexample: Counterexample | None = None
     error: str | None = None
     """Why the gate could not run the candidate (timeout, crash, exception), one line."""
+    coverage: str | None = None
+    """What the gate swept, compact: e.g. "batch 1-512 (14 sizes), float32" (dynamic) or
+    "4 shapes x float32, bfloat16, 2 seeds" (correctness); None for the static gate."""
 
 
 class Verdict(BaseModel):
@@ -55,3 +58,5 @@ class Verdict(BaseModel):
     """The rejection rendered for an LLM; not part of the JSON shape of SPEC.md §3."""
     isolation: dict[str, Any] | None = None
     """The cage the candidate ran in (`gates.judge.isolation.runner_isolation`); None when no gate ran it."""
+    device: str | None = None
+    """Where the gates ran the candidate: "cuda" or "cpu" (Triton's interpreter: not a GPU verdict)."""

@@ -64,7 +64,7 @@ def test_the_guides_commands_run(tmp_path):
         summary = json.loads((tmp_path / "runs" / run / "summary.json").read_text())
         assert [c["tasks"] for c in summary["cells"]] == [1], run
     assert "scaled_gelu" in done.stdout  # the added task is listed, and its audit passed (set -e)
-    assert "idle: 1 request wait" in done.stdout
+    assert "idle: 1 request waits" in done.stdout
 
 
 def test_the_style_example_proposes_a_candidate():

@@ -157,3 +157,35 @@ def test_until_idle_ends_once_every_loop_waits_then_status_and_resume(tmp_path):
     assert resumed.wait(500) == 0, (tmp_path / "second.log").read_text()
     assert "2 of 2 loops run" in (tmp_path / "second.log").read_text()
     assert _count(out / "results.sqlite", "SELECT COUNT(*) FROM task_results") == 2
+
+
+@pytest.mark.timeout(120)
+def test_sigint_stops_an_audit_of_a_hanging_kernel_and_kills_its_workers(tmp_path):
+    # Started with SIGINT ignored, as a shell starts a background job: the audit still stops.
+    hang = Path(__file__).parent / "fixtures" / "rms_norm" / "hang.py"
+    log = tmp_path / "audit.log"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "agentloop.cli", "audit", str(hang), "--task", "rms_norm",
+                             "--device", "cpu", "--timeout", "60"], env=env, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    below: set[int] = set()
+    deadline = time.monotonic() + 60
+    # Wait for the judge worker and the caged runner, then 5 s more: the dynamic gate is calling
+    # the hanging candidate by then.
+    started = None
+    while started is None or time.monotonic() < started + 5:
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        for c in children(proc.pid):
+            below.add(c)
+            below.update(children(c))
+        if started is None and len(below) >= 2:
+            started = time.monotonic()
+        time.sleep(0.1)
+    code, seconds = _stop(proc, signal.SIGINT)
+    output = log.read_text()
+    assert code == 130, output
+    assert seconds < STOP_WITHIN_S, f"stopped {seconds:.2f} s after SIGINT"
+    assert [ln for ln in output.splitlines() if ln.strip()] == ["interrupted"], output
+    time.sleep(0.5)
+    assert not [p for p in below if state(p) != "Z"], below

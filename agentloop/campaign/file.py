@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentloop.evaluation.stages import EvalSettings, Stage
+from agentloop.evaluation.stages import STAGE_TIMEOUTS, EvalSettings, Stage
 from agentloop.loop.cell import Budget, Cell
 from agentloop.loop.prompts import MODES, Mode
 from agentloop.loop.styles import STYLES, EvolveSettings, RefineSettings, Role, StyleName, TeamSettings
@@ -33,7 +33,7 @@ class EvalOptions(_Strict):
 
     stage_timeout_s: dict[Stage, float] = Field(default_factory=dict)
     """Per-stage wall-clock limits overriding the defaults (compile 120, static 30, dynamic 300,
-    correctness 300, benchmark 600)."""
+    correctness 300, benchmark 600; on a CPU dynamic 240 and correctness 120)."""
     cuda_graph: bool = False
     """Benchmark with CUDA-graph replay."""
     compile_reference: bool = False
@@ -138,7 +138,7 @@ class Campaign(_Strict):
         return [Cell(style=s, mode=m, provider=self.model) for s in self.styles for m in self.modes]
 
     def eval_settings(self) -> EvalSettings:
-        timeouts = {**EvalSettings().stage_timeout_s, **self.evaluation.stage_timeout_s}
+        timeouts = {**STAGE_TIMEOUTS[self.device], **self.evaluation.stage_timeout_s}
         return EvalSettings(device=self.device, stage_timeout_s=timeouts,
                             cuda_graph=self.evaluation.cuda_graph,
                             compile_reference=self.evaluation.compile_reference,

@@ -416,7 +416,7 @@ class LoopProgress:
         log.info("%s: candidate #%d %s, speedup %s", key, c.number, what, c.speedup)
         with self._lock:
             row = self._rows.get(key)
-            self._status[key] = f"#{c.number} {what}; best {speed:.3g}x"
+            self._status[key] = f"#{c.number} {what}; best " + (f"{speed:.3g}x" if speed else "-")
         if row is not None:
             self.progress.update(row, completed=c.number, description=f"  {key}: {self._status[key]}")
 
@@ -619,10 +619,12 @@ class LoopRunner:
 
 def outcome_line(state: LoopState) -> str:
     """One line on how a loop ended."""
+    n = len(state.candidates)
+    count = f"{n} candidate{'s' if n != 1 else ''}"
     if state.final is None:
-        return f"{len(state.candidates)} candidates, no correct kernel ({state.stop_reason})"
+        return f"{count}, no correct kernel ({state.stop_reason})"
     bi = "BI pass" if state.bi_pass else "BI fail"
-    return (f"{len(state.candidates)} candidates, final #{state.final} "
+    return (f"{count}, final #{state.final} "
             f"{state.candidate(state.final).speedup:.3g}x, {bi} ({state.stop_reason})")
 
 
@@ -643,19 +645,39 @@ def run_loop_graph(graph: Any, ctx: LoopContext) -> LoopState:
 
 def summary_table(summary: dict) -> Table:
     """The cells of a run's summary.json as a table: what `agentloop run` and `agentloop report`
-    print at the end (the provider in the title when the run used one, so 80 columns suffice)."""
+    print at the end (the provider in the title when the run used one, so 80 columns suffice).
+    The device and, on a CPU, that the verdicts are the interpreter's go in the caption; so does
+    a partial run's reason; BI pass counts over the tasks that kept a kernel."""
     from rich import box
+    from rich.markup import escape
 
     providers = list(dict.fromkeys(c["provider"] for c in summary["cells"]))
     title = summary["campaign"] + (f" ({providers[0]})" if len(providers) == 1 else "")
-    table = Table(title=title, box=box.SIMPLE_HEAD)
+    notes = []
+    device = summary.get("device") or ""
+    if device:
+        notes.append(f"device: {device}")
+    if device.startswith("cpu"):
+        notes.append("cpu interpreter: not a GPU verdict (BI and correctness measured in Triton's "
+                     "interpreter; speedups are not kernel speed)")
+    if summary.get("partial"):
+        notes.append(f"partial: the run {summary['partial']}; resume it to finish the missing loops")
+    table = Table(title=escape(title), box=box.SIMPLE_HEAD,
+                  caption=escape("\n".join(notes)) if notes else None, caption_justify="left")
     cols = ("style", "mode", *(("provider",) if len(providers) > 1 else ()), "tasks", "correct", "bi_pass",
             "geomean_speedup", "llm_calls")
     headers = {"bi_pass": "BI pass", "geomean_speedup": "geomean speedup", "llm_calls": "LLM calls"}
     for col in cols:
         table.add_column(headers.get(col, col), justify="left" if col in ("style", "mode", "provider")
                          else "right", overflow="fold")
+
+    def text(cell: dict, c: str) -> str:
+        if c == "geomean_speedup":
+            return f"{cell[c]:.3g}x" if cell[c] else "-"
+        if c == "bi_pass":  # over the tasks that kept a kernel: a task without one is no BI failure
+            return f"{cell['bi_pass']}/{cell['correct']}" if cell["correct"] else "n/a"
+        return escape(str(cell[c]))
+
     for cell in summary["cells"]:
-        table.add_row(*((f"{cell[c]:.3g}x" if cell[c] is not None else "-") if c == "geomean_speedup"
-                        else str(cell[c]) for c in cols))
+        table.add_row(*(text(cell, c) for c in cols))
     return table

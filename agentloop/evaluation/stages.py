@@ -12,9 +12,9 @@ import hashlib
 import json
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentloop.evaluation.benchmark import BenchmarkResult
 from gates.verdict import GateResult
@@ -24,14 +24,31 @@ STAGES: tuple[Stage, ...] = ("compile", "static", "dynamic", "correctness", "ben
 BI_STAGES: frozenset[Stage] = frozenset({"static", "dynamic"})
 
 
+STAGE_TIMEOUTS: dict[str, dict[str, float]] = {
+    # The CPU interpreter's slowest honest corpus kernel (decode_attention, fixed_chunk_split_kv)
+    # takes 32 s in the dynamic gate alone on 2 cores and 111 s beside other work, 12 s in
+    # correctness: 240 s and 120 s leave twice that, so one hang costs minutes, not ten.
+    "cpu": {"compile": 120.0, "static": 30.0, "dynamic": 240.0, "correctness": 120.0, "benchmark": 600.0},
+    "cuda": {"compile": 120.0, "static": 30.0, "dynamic": 300.0, "correctness": 300.0, "benchmark": 600.0},
+}
+"""Each stage's default wall-clock limit in a worker, by device."""
+
+
 class EvalSettings(BaseModel):
     """Everything besides the code that decides an evaluation's outcome (part of the cache key)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     device: Literal["cpu", "cuda"] = "cpu"
-    stage_timeout_s: dict[str, float] = Field(default_factory=lambda: {
-        "compile": 120.0, "static": 30.0, "dynamic": 300.0, "correctness": 300.0, "benchmark": 600.0})
-    """Wall-clock limit of each stage in a worker; a stage over it is rejected as timed out."""
+    stage_timeout_s: dict[str, float] = Field(default_factory=lambda: dict(STAGE_TIMEOUTS["cpu"]))
+    """Wall-clock limit of each stage in a worker; a stage over it is rejected as timed out
+    (default `STAGE_TIMEOUTS` of the device)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _device_timeouts(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "stage_timeout_s" not in data:
+            data = {**data, "stage_timeout_s": dict(STAGE_TIMEOUTS.get(data.get("device", "cpu"), {}))}
+        return data
     cuda_graph: bool = False
     """Benchmark with CUDA-graph replay."""
     compile_reference: bool = False

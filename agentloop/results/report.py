@@ -6,8 +6,9 @@ How the figures are scored:
 - `correct`: tasks whose loop kept a final kernel (correct and benchmarked; in bi-aware mode
   also through both BI gates);
 - `bi_pass`: tasks whose final kernel passed the independent dynamic audit at the end of the
-  loop, whatever the mode; a task without a final kernel does not pass, so
-  `bi_pass_rate = bi_pass / tasks`;
+  loop, whatever the mode; `bi_pass_rate = bi_pass / correct`, over the tasks that kept a final
+  kernel (a task without one has nothing to audit: it is counted in `failed`, not as a BI
+  failure; null when no task kept one);
 - `failed`: tasks without a correct final kernel, counted apart from the speedups;
 - `geomean_speedup`: geometric mean of the final kernel's speedup over the reference, over the
   cell's *correct* tasks only (null when it has none): a failed task is not a 1.0x success, which
@@ -38,6 +39,7 @@ import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from pydantic import BaseModel, Field
 
+from agentloop.results.archive import SEEDS
 from agentloop.results.plots import PLOT_FILES, best_speedup_curves, plot_best_speedup, plot_bi_pass_rate
 from agentloop.results.store import Store, kernel_file
 
@@ -45,6 +47,10 @@ RESULTS = "results.sqlite"
 MODES = ("baseline", "bi-aware")
 GATE_ORDER = ("extract", "compile", "static", "dynamic", "correctness", "benchmark")
 INTERPRETED_NOTE_SHORT = "CPU run: Triton's interpreter against native torch; not a measure of kernel speed"
+CPU_VERDICTS = ("cpu interpreter: not a GPU verdict. BI and correctness verdicts were measured in "
+                "Triton's CPU interpreter (tl.dot rounds by a row's tile position there, atomics run one "
+                "at a time, bf16 hides one-ulp differences); a kernel that passes here can be "
+                "batch-variant on a GPU, and the reverse")
 
 
 class ReportError(ValueError):
@@ -60,7 +66,8 @@ class CellSummary(BaseModel):
     tasks: int
     correct: int
     bi_pass: int
-    bi_pass_rate: float
+    bi_pass_rate: float | None
+    """bi_pass / correct: over the tasks that kept a final kernel; None when none did."""
     geomean_speedup: float | None
     """Over the cell's correct tasks; None when it has none."""
     geomean_production_speedup: float | None = None
@@ -91,6 +98,10 @@ class Summary(BaseModel):
     retention: dict[str, float]
     comparison: dict[str, Comparison] = Field(default_factory=dict, exclude=True)
     """Per style, the tasks correct in both modes and the geomeans on them (in the reports)."""
+    device: str = Field(default="", exclude=True)
+    """Where the run evaluated its kernels, e.g. "cpu (Triton interpreter)" (in the reports)."""
+    partial: str = Field(default="", exclude=True)
+    """Why the run's results are incomplete ("stopped (SIGINT)"); empty when it finished."""
 
 
 def geomean(values: list[float]) -> float:
@@ -125,6 +136,8 @@ class RunData(BaseModel):
     "hash|task"."""
     provenance: list[dict[str, Any]] = []
     """One entry per `agentloop run` on the directory (provenance.jsonl)."""
+    seeds: dict[str, list[dict[str, Any]]] = {}
+    """The archived kernels each loop started from, by loop ("cell|task"; seeds.json)."""
     timed_on: dict[str, int] = {}
     """Benchmarks in the evaluation cache, by the name of the device that timed them."""
     kernels: set[str] = set()
@@ -193,9 +206,17 @@ def load_run(run_dir: Path, campaign_name: str | None = None) -> RunData:
             except ValueError:
                 continue
     kernels = {str(p.relative_to(run_dir)) for p in run_dir.glob("kernels/*/*.py")}
+    seeds: dict[str, list[dict[str, Any]]] = {}
+    try:
+        saved = json.loads((run_dir / SEEDS).read_text()) if (run_dir / SEEDS).is_file() else {}
+    except (OSError, ValueError):
+        saved = {}
+    if isinstance(saved, dict):
+        seeds = {str(k): [s for s in v if isinstance(s, dict)] for k, v in saved.items()
+                 if isinstance(v, list) and v}
     return RunData(name=name, campaign=campaign, task_results=tasks, candidates=candidates,
                    gate_results=gates, benchmarks=benchmarks, production=production, provenance=provenance,
-                   kernels=kernels, timed_on=dict(timed_on))
+                   seeds=seeds, kernels=kernels, timed_on=dict(timed_on))
 
 
 def production_speedup(run: RunData, row: dict[str, Any]) -> float | None:
@@ -219,7 +240,8 @@ def summarize(run: RunData) -> Summary:
         geo = geomean(list(speedups[key].values())) if speedups[key] else None
         cells.append(CellSummary(
             style=key[0], mode=key[1], provider=key[2], tasks=len(rows), correct=correct,
-            failed=len(rows) - correct, bi_pass=bi_pass, bi_pass_rate=round(bi_pass / len(rows), 4),
+            failed=len(rows) - correct, bi_pass=bi_pass,
+            bi_pass_rate=round(bi_pass / correct, 4) if correct else None,
             geomean_speedup=significant(geo) if geo is not None else None,
             geomean_production_speedup=significant(geomean(production)) if production else None,
             llm_calls=sum(r["llm_calls"] for r in rows), input_tokens=sum(r["input_tokens"] for r in rows),
@@ -240,7 +262,8 @@ def summarize(run: RunData) -> Summary:
                                       retention=significant(ratio) if ratio is not None else None)
         if ratio is not None:
             retention[name] = significant(ratio)
-    return Summary(campaign=run.name, cells=cells, retention=retention, comparison=comparison)
+    return Summary(campaign=run.name, cells=cells, retention=retention, comparison=comparison,
+                   device=device_line(run), partial=partial(run))
 
 
 def failure_reason(gate: dict[str, Any]) -> tuple[str, str]:
@@ -302,6 +325,11 @@ def shorten(text: str, limit: int = 140) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def plural(n: int, word: str) -> str:
+    """ "1 candidate", "2 candidates"."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def fmt_speedup(value: float | None) -> str:
     if value is None or value <= 0:
         return "-"
@@ -321,9 +349,11 @@ def bi_failure(run: RunData, candidate_id: int) -> str:
     if dynamic and not dynamic["passed"]:
         ce = dynamic["counterexample"]
         if ce:
+            diff = ce.get("max_abs_diff")
             return (f"dynamic: output {ce.get('output')} row {ce.get('row')} differs bitwise in a batch of "
                     f"{ce.get('batch_size')} (position {ce.get('position')}) against a batch of "
-                    f"{ce.get('reference_batch_size')}; max abs diff {ce.get('max_abs_diff')}, "
+                    f"{ce.get('reference_batch_size')}; max abs diff "
+                    f"{f'{diff:.3g}' if isinstance(diff, (int, float)) else 'inf or NaN'}, "
                     f"{ce.get('mismatched_elements')} elements"
                     + (f"; {ce['context']}" if ce.get("context") else ""))
         rule, example = failure_reason(dynamic)
@@ -383,11 +413,80 @@ def per_task(run: RunData) -> list[dict[str, Any]]:
                 "final": f"#{final['iteration']}" if final else "-",
                 "kernel": path if path in run.kernels else None,
                 "bi_why": bi_failure(run, final["id"]) if final and not r["bi_pass"] else "",
+                "warnings": kernel_warnings(run, final["id"]) if final else [],
+                "seeds": seed_lines(run, r["cell"], task),
                 "shapes": shape_times(run, final) if final else [],
                 "candidates": tried[r["cell"], task], "accepted": accepted[r["cell"], task],
                 "llm_calls": r["llm_calls"], "wall_s": f"{r['wall_s']:.1f}"})
-        tables.append({"task": task, "rows": rows})
+        tables.append({"task": task, "rows": rows, "rejected": rejected_candidates(run, task, providers)})
     return tables
+
+
+def kernel_warnings(run: RunData, candidate_id: int) -> list[str]:
+    """Every warning finding of a final kernel's gate results ("static BI005 line 12: ..."), and
+    the error findings of gates that only observed it (baseline mode)."""
+    out = []
+    for g in run.gate_results:
+        if g["candidate_id"] != candidate_id:
+            continue
+        for f in g["findings"]:
+            if f.get("severity") == "warning" or (not g["enforced"] and f.get("severity") == "error"):
+                where = f" line {f['line']}" if f.get("line") else ""
+                text = f"{g['gate']} {f.get('rule', '-')}{where}: {shorten(f.get('message', ''), 200)}"
+                if text not in out:
+                    out.append(text)
+    return out
+
+
+def rejected_candidates(run: RunData, task: str, providers: int) -> list[dict[str, str]]:
+    """A task's rejected candidates, in each cell's order: the stage that stopped each and its
+    first finding (rule and a short message)."""
+    by_candidate: dict[int, list[dict[str, Any]]] = {}
+    for g in run.gate_results:
+        by_candidate.setdefault(g["candidate_id"], []).append(g)
+    order = {k: i for i, k in enumerate(run.cell_keys())}
+    rows = []
+    for c in sorted((c for c in run.candidates if c["task"] == task and c["status"] == "rejected"),
+                    key=lambda c: (order.get((c["style"], c["mode"], c["provider"]), len(order)),
+                                   c["iteration"], c["id"])):
+        stage = c["rejected_by"] or "-"
+        failed = next((g for g in by_candidate.get(c["id"], []) if g["gate"] == stage and not g["passed"]),
+                      None)
+        rule, message = failure_reason(failed) if failed else ("-", "")
+        if stage == "extract":
+            message = "no code in the answer"
+        rows.append({"cell": cell_label(c["style"], c["mode"], c["provider"], providers),
+                     "candidate": f"#{c['iteration']}", "gate": stage, "rule": c["rule"] or rule,
+                     "message": shorten(message, 120)})
+    return rows
+
+
+def seed_lines(run: RunData, cell: str, task: str) -> list[str]:
+    """The archived kernels a loop started from: archive id, speedup and the run it came from."""
+    lines = []
+    for s in run.seeds.get(f"{cell}|{task}", []):
+        speed = fmt_speedup(s.get("speedup")) if isinstance(s.get("speedup"), (int, float)) else "-"
+        lines.append(f"archive kernel #{s.get('id', '?')} ({speed} on {s.get('device_name') or '-'}, "
+                     f"from {s.get('run_dir') or '-'}; {s.get('archive') or '-'})")
+    return lines
+
+
+def device_line(run: RunData) -> str:
+    """Where the run evaluated its kernels: the device type and name its provenance recorded."""
+    seen = list(dict.fromkeys(f"{p.get('device', '?')} ({p.get('device_name') or '-'})"
+                              for p in run.provenance if p.get("device")))
+    if not seen:
+        return str(run.campaign.get("device") or "")
+    return ", ".join(seen)
+
+
+def partial(run: RunData) -> str:
+    """Why the results are incomplete: the last `agentloop run` on the directory stopped (Ctrl-C,
+    SIGTERM, --until-idle) and no later run finished it; empty when it finished."""
+    if not run.provenance:
+        return ""
+    ended = str(run.provenance[-1].get("ended") or "")
+    return "" if ended in ("", "finished") else ended
 
 
 def provenance_lines(run: RunData) -> list[str]:
@@ -420,6 +519,14 @@ def interpreted(run: RunData) -> bool:
     return "cpu" in devices
 
 
+def bi_rate(c: CellSummary) -> str:
+    """ "1/1 (100%), 1 without a kernel": over the tasks that kept a final kernel."""
+    if not c.correct:
+        return "n/a (no kernel)"
+    rate = f"{c.bi_pass}/{c.correct} ({c.bi_pass / c.correct:.0%})"
+    return rate + (f", {c.failed} without a kernel" if c.failed else "")
+
+
 def report_context(run: RunData, summary: Summary, plots: dict[str, Path]) -> dict[str, Any]:
     """What both report templates render."""
     providers = len({c.provider for c in summary.cells})
@@ -428,7 +535,7 @@ def report_context(run: RunData, summary: Summary, plots: dict[str, Path]) -> di
               "speedup": fmt_speedup(c.geomean_speedup),
               "production_speedup": fmt_speedup(c.geomean_production_speedup),
               "correct_rate": f"{c.correct}/{c.tasks} ({c.correct / c.tasks:.0%})",
-              "bi_rate": f"{c.bi_pass}/{c.tasks} ({c.bi_pass_rate:.0%})",
+              "bi_rate": bi_rate(c),
               "tokens": c.input_tokens + c.output_tokens} for c in summary.cells]
     retention = [{"style": key, "tasks": len(comp.tasks), "task_names": ", ".join(comp.tasks),
                   "baseline": fmt_speedup(comp.baseline_geomean),
@@ -437,12 +544,15 @@ def report_context(run: RunData, summary: Summary, plots: dict[str, Path]) -> di
                  for key, comp in summary.comparison.items()]
     rejected, observed = rejections(run)
     c = run.campaign
-    setup = {k: c[k] for k in ("model", "device", "seed") if c.get(k) is not None}
+    setup = {k: c[k] for k in ("model", "seed") if c.get(k) is not None}  # the device: its own line
     if isinstance(c.get("budget"), dict):
         setup["budget"] = ", ".join(f"{k} {v}" for k, v in c["budget"].items() if v is not None)
     seconds = sum(p.get("seconds", 0) for p in run.provenance)
     return {"name": run.name, "setup": setup, "cells": cells, "retention": retention,
-            "tasks": run.task_names(), "candidates": len(run.candidates),
+            "tasks": run.task_names(), "candidates": plural(len(run.candidates), "candidate"),
+            "cell_count": plural(len(cells), "cell"), "device": summary.device,
+            "cpu_verdicts": CPU_VERDICTS if interpreted(run) else "", "partial": summary.partial,
+            "bi_note": any(c.failed for c in summary.cells),
             "interpreted": interpreted(run), "provenance": provenance_lines(run),
             "timed_on": timed_on_line(run),
             "duration": f"{seconds:.0f} s over {len(run.provenance)} run(s)" if run.provenance else "",
@@ -482,4 +592,4 @@ def write_reports(run_dir: Path, campaign_name: str | None = None) -> dict:
     env = templates()
     (run_dir / "report.md").write_text(env.get_template("report.md.j2").render(context))
     (run_dir / "report.html").write_text(env.get_template("report.html.j2").render(context))
-    return summary.model_dump()
+    return {**summary.model_dump(), "device": summary.device, "partial": summary.partial}

@@ -214,9 +214,9 @@ class Sandbox:
             return f"worker failed to start: {self._death()}"
         return f"worker failed to start within {self.start_timeout:g} s"
 
-    def run(self, job: Job, timeout: float) -> JobResult:
+    def run(self, job: Job, timeout: float, progress: Callable[[str], None] | None = None) -> JobResult:
         """Run one job in the worker, waiting at most `timeout` seconds for it (worker start-up
-        not included)."""
+        not included). `progress` is called with each line the job reports (`report_progress`)."""
         if self._proc is None:
             self._start()
         failure = self._wait_ready()
@@ -234,18 +234,26 @@ class Sandbox:
                 self.restart()
                 return JobResult(status="crash", error=error, restarted=True)
             return JobResult(status="error", error=f"job cannot be sent to the worker: {exc}")
-        if not self._conn.poll(timeout):
-            self.restart()
-            return JobResult(status="timeout", error=f"timed out after {timeout:g} s",
-                             seconds=time.perf_counter() - start, restarted=True)
-        try:
-            _, status, value, error, seconds, fatal = _ResultUnpickler.loads(self._conn.recv_bytes())
-        except Exception as exc:  # noqa: BLE001 - EOF: the worker died; else an unreadable result
-            crashed = isinstance(exc, (EOFError, OSError))
-            error = f"worker crashed: {self._death()}" if crashed else f"job result unreadable: {exc}"
-            self.restart()
-            return JobResult(status="crash" if crashed else "error", error=error,
-                             seconds=time.perf_counter() - start, restarted=True)
+        while True:
+            left = start + timeout - time.perf_counter()
+            if left <= 0 or not self._conn.poll(left):
+                self.restart()
+                return JobResult(status="timeout", error=f"timed out after {timeout:g} s",
+                                 seconds=time.perf_counter() - start, restarted=True)
+            try:
+                message = _ResultUnpickler.loads(self._conn.recv_bytes())
+                if message[0] == "progress":
+                    if progress is not None:
+                        progress(str(message[1]))
+                    continue
+                _, status, value, error, seconds, fatal = message
+            except Exception as exc:  # noqa: BLE001 - EOF: the worker died; else an unreadable result
+                crashed = isinstance(exc, (EOFError, OSError))
+                error = f"worker crashed: {self._death()}" if crashed else f"job result unreadable: {exc}"
+                self.restart()
+                return JobResult(status="crash" if crashed else "error", error=error,
+                                 seconds=time.perf_counter() - start, restarted=True)
+            break
         if fatal:
             self.restart()
         return JobResult(status=status, value=value, error=error, seconds=seconds, restarted=bool(fatal))
@@ -320,6 +328,20 @@ class _ResultUnpickler(pickle.Unpickler):
 
 
 # The worker process ----------------------------------------------------------------------
+_job_conn: list[Connection] = []
+"""The worker's connection to its parent, while a job runs (for `report_progress`)."""
+
+
+def report_progress(text: str) -> None:
+    """Inside a job: tell the parent where the job is (one short line, e.g. "batch 17"); the
+    parent's `Sandbox.run(progress=...)` gets it. Does nothing outside a worker."""
+    if _job_conn:
+        try:
+            _job_conn[0].send(("progress", text[:200]))
+        except (OSError, ValueError):
+            pass
+
+
 def _resolve(fn: str) -> Callable:
     module, _, qualname = fn.partition(":")
     obj: Any = importlib.import_module(module)
@@ -424,10 +446,13 @@ def _worker_main() -> None:
         client.set_deadline(timeout - min(5.0, 0.1 * timeout), timeout)  # before the parent gives up
         start = time.perf_counter()
         status, value, error, fatal = "ok", None, None, False
+        _job_conn[:] = [conn]
         try:
             value = _resolve(fn)(**kwargs)
         except BaseException as exc:  # noqa: BLE001 - the job's failure is the result
             status, error = "error", describe_exception(exc)
+        finally:
+            _job_conn.clear()
         if config["device"] == "cuda":
             broken = _cuda_broken()
             if broken:
