@@ -133,6 +133,9 @@ def audit(
     timeout: float | None = typer.Option(None, "--timeout", callback=_positive,
                                          help="Seconds each gate may run the candidate; the audit "
                                               "stops at the first gate that runs out of time."),
+    all_gates: bool = typer.Option(False, "--all-gates", help="Run every gate even after one rejected the "
+                                                              "candidate with a sandbox (SB) or anti-cheat "
+                                                              "(AC) finding (default: skip the rest)."),
 ) -> None:
     """Run the gates on one candidate: exit 0 accepted, 1 rejected, 2 unusable input."""
     from gates.contract import TaskError, get_task
@@ -162,7 +165,7 @@ def audit(
                 from gates.library import resolve_entry
 
                 candidate = resolve_entry(entry, spec, adapter)
-            verdict = audit_until_timeout(candidate, spec, gate, device, timeout)
+            verdict = audit_until_timeout(candidate, spec, gate, device, timeout, all_gates)
         except CandidateError as exc:
             fail_input(str(exc))
         except KeyboardInterrupt:
@@ -238,7 +241,7 @@ class GateStatus:
 
 
 def audit_until_timeout(candidate: Any, spec: Any, gates: list[str] | None, device: str | None,
-                        timeout: float | None) -> Any:
+                        timeout: float | None, all_gates: bool = False) -> Any:
     """`gates.audit.audit`, gate by gate in one worker, stopping after the first gate that ran
     out of time (a hanging candidate would hang in every gate, each for the whole time-out) or
     could not import the candidate. While a gate runs, a status line on stderr (a terminal only)
@@ -266,7 +269,7 @@ def audit_until_timeout(candidate: Any, spec: Any, gates: list[str] | None, devi
             for g in wanted:
                 status.begin(g)
                 one = run_audit(candidate, spec, gates=[g], device=device, timeout=timeout, sandbox=sandbox,
-                                progress=status.said)
+                                progress=status.said, all_gates=all_gates)
                 results.extend(one.gates)
                 isolation = one.isolation or isolation
                 if any((r.error or "").startswith(("timed out", IMPORT_FAILED)) for r in one.gates):
@@ -463,3 +466,14 @@ if __name__ == "__main__":
 
 def _requests_wait(n: int) -> str:
     return f"{n} request waits" if n == 1 else f"{n} requests wait"
+
+
+def _register() -> None:
+    """Commands that live in `agentloop.commands`, on this app."""
+    from agentloop.commands import model
+
+    app.command("model-check")(model.model_check)
+    app.command("export")(model.export)
+
+
+_register()

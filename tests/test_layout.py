@@ -21,6 +21,7 @@ AGENTLOOP_LAYERS = {
     "agentloop.campaign": 3,
     "agentloop.model": 3,
     "agentloop.export": 4,
+    "agentloop.commands": 8,  # commands the command line registers
     "agentloop.cli": 9,
     "agentloop.interfaces": 10,  # generates docs/reference/, the command line's page included
     "agentloop.__main__": 10,

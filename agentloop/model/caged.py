@@ -1,0 +1,89 @@
+"""A kernel set's ops as the decoder calls them: torch's own ops in this process, every other
+kernel (a run's, the archive's, a file, a library entry, the corpus) in a caged runner of its own
+(`gates.judge.client.Runner`), called through `RemoteEntry` like the gates call a candidate. This
+process never imports a kernel: it hands tensors over and reads back outputs it checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agentloop.model.config import ModelInputError
+from agentloop.model.kernel_sets import KernelSet, compiled_ops, eager_ops, reference_ops
+from agentloop.model.set_spec import KernelSetChoice
+from gates.contract import get_task
+
+CPU_CALL_DEADLINE_S = 1800.0
+"""How long the calls of one model check may take in all before a runner is given up (the CPU
+interpreter runs a small model's whole check in a minute or two)."""
+
+
+class CagedSet:
+    """The runners holding one set's untrusted kernels; `ops` is the decoder's mapping. Use as a
+    context manager: every runner is stopped at the end, whatever happened."""
+
+    def __init__(self, choice: KernelSetChoice, tasks: list[str], device: str) -> None:
+        self.choice, self.device, self.runners = choice, device, []
+        self.findings: list[str] = []
+        torch_sets = {"eager": lambda: eager_ops(device, tuple(tasks)),
+                      "compiled": lambda: compiled_ops(tuple(tasks)),
+                      "reference": lambda: reference_ops(tuple(tasks))}
+        built: dict[str, KernelSet] = {}
+        ops: dict[str, Callable] = {}
+        sources: dict[str, str] = {}
+        try:
+            for name in tasks:
+                k = choice.choice(name)
+                if k.kind in torch_sets:
+                    if k.kind not in built:
+                        built[k.kind] = torch_sets[k.kind]()
+                    ops[name], sources[name] = built[k.kind][name], built[k.kind].sources[name] \
+                        if k.origin == k.kind else k.origin
+                else:
+                    ops[name], sources[name] = self._caged(name, k.code or ""), k.origin
+        except BaseException:
+            self.close()
+            raise
+        self.ops = KernelSet(ops, sources)
+
+    def _caged(self, name: str, code: str) -> Callable:
+        from gates.judge.client import CandidateFailure, RemoteEntry, Runner, set_deadline
+        from gates.judge.runner_pool import reference_dirs
+
+        task = get_task(name)
+        set_deadline(CPU_CALL_DEADLINE_S if self.device == "cpu" else 600.0)
+        runner = Runner(self.device, reference_dirs=reference_dirs(task))
+        self.runners.append(runner)
+        try:
+            runner.load(code, task.entry)
+        except Exception as exc:  # noqa: BLE001 - the kernel's own failure, said in one line
+            raise ModelInputError(f"{name}: the kernel of set {self.choice.name!r} does not load: "
+                                  f"{getattr(exc, 'described', exc)}") from None
+        entry = RemoteEntry(runner)
+        single = len(task.outputs) == 1
+
+        def call(*args: Any) -> Any:
+            try:
+                outs = entry(*args)
+            except CandidateFailure as exc:
+                raise KernelFailed(f"{name} ({self.choice.name}): {exc.described}") from None
+            return outs[0] if single else outs
+
+        return call
+
+    def close(self) -> None:
+        for runner in self.runners:
+            for finding in runner.take_findings():
+                self.findings.append(f"{finding.rule}: {finding.message}")
+            runner.stop()
+        self.runners = []
+
+    def __enter__(self) -> CagedSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class KernelFailed(RuntimeError):
+    """A kernel failed while the model ran (crash, limit, a sandbox finding); one line."""

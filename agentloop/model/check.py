@@ -1,0 +1,228 @@
+"""The model check: per kernel set, does a request's output depend on its batch neighbours?
+
+For each kernel set the same requests are served alone and under continuous batching, each
+schedule twice; per request the tokens and float32 logprobs are compared bit for bit between the
+schedules and between the two runs of each. For the requests that differ, the finder names the
+first op whose output differed (recorder.py), from recordings of the first runs when they are
+small (RECORD_ALWAYS_BYTES), else from one more run of each schedule that records only them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+from pydantic import BaseModel, computed_field
+from rich.table import Table
+
+from agentloop.model.config import ModelConfig, ModelInputError
+from agentloop.model.decoder import Decoder
+from agentloop.model.recorder import Divergence, Recorder, first_divergence
+from agentloop.model.schedule import (
+    PlannedStep,
+    Request,
+    RequestResult,
+    alone_plan,
+    batched_plan,
+    check_requests,
+    make_requests,
+    run_plan,
+)
+from agentloop.model.shapes import OpGate, OpShapes
+from agentloop.model.weights import ModelWeights
+
+
+class RequestCheck(BaseModel):
+    request: int
+    prompt_len: int
+    tokens_equal: bool
+    """Alone and batched gave the same tokens."""
+    logprobs_equal: bool
+    """... and the same logprobs, bit for bit."""
+    deterministic: bool
+    """Each schedule gave the same tokens and logprobs in both of its runs."""
+    first_token_diff: int | None = None
+    """The first generated token that differs between the schedules."""
+    max_logprob_diff: float = 0.0
+    divergence: Divergence | None = None
+
+    @computed_field
+    @property
+    def reproducible(self) -> bool:
+        return self.tokens_equal and self.logprobs_equal and self.deterministic
+
+
+class SetReport(BaseModel):
+    name: str
+    sources: dict[str, str] = {}
+    """Where each op came from."""
+    requests: list[RequestCheck] = []
+    differing: int = 0
+    """Requests whose tokens or logprobs differ between the schedules."""
+    tokens_differing: int = 0
+    nondeterministic: int = 0
+    batched_steps: int = 0
+    max_batch: int = 0
+    batched_tokens_per_s: float = 0.0
+    """Tokens of every request (fillers too) over the second batched run's wall time."""
+    error: str = ""
+    """Why the set could not be checked (a kernel raised, an op broke its contract)."""
+    sandbox_findings: list[str] = []
+    """What the caged runners of its kernels reported (any one is a finding against the kernel)."""
+    shapes: list[OpShapes] = []
+    """The shapes the model called each op at (batch sizes per distinct non-batch dims)."""
+    op_gates: list[OpGate] = []
+    """The dynamic gate on each kernel at those shapes (`--gate-shapes`)."""
+
+    @computed_field
+    @property
+    def reproducible(self) -> bool:
+        return not self.error and not self.sandbox_findings and all(r.reproducible for r in self.requests)
+
+
+class ModelCheckReport(BaseModel):
+    model: str
+    requests: int
+    new_tokens: int
+    seed: int
+    device: str
+    sets: list[SetReport]
+
+    @computed_field
+    @property
+    def reproducible(self) -> bool:
+        return all(s.reproducible for s in self.sets)
+
+
+def _compare(req: Request, alone: list[dict[int, RequestResult]], batched: list[dict[int, RequestResult]]
+             ) -> RequestCheck:
+    a, b = alone[0][req.id], batched[0][req.id]
+    first = next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens, strict=True)) if x != y), None)
+    same_runs = all(r0[req.id].same_tokens(r1[req.id]) and r0[req.id].same_logprobs(r1[req.id])
+                    for r0, r1 in (alone, batched))
+    gap = max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)), default=0.0)
+    return RequestCheck(request=req.id, prompt_len=len(req.prompt), tokens_equal=a.same_tokens(b),
+                        logprobs_equal=a.same_logprobs(b), deterministic=same_runs, first_token_diff=first,
+                        max_logprob_diff=gap)
+
+
+RECORD_ALWAYS_BYTES = 64 << 20
+"""Up to this estimated size of the recordings, the first run of each schedule records every
+reported request, so finding a divergence costs no extra run (the small CPU models); above it,
+only the requests that differed are recorded, on one more run of each schedule."""
+
+
+def _record_bytes(config: ModelConfig, reqs: list[Request]) -> int:
+    """An estimate of the recordings of every reported request in both schedules."""
+    H, I, D = config.hidden_size, config.intermediate_size, config.head_size
+    Hq, Hk = config.num_attention_heads, config.kv_heads
+    mlp = 3 * I + H
+    if config.is_moe:
+        k = config.num_experts_per_tok
+        mlp = config.num_local_experts + 2 * k + k * mlp
+    layer = 6 * H + (2 * Hq + 3 * Hk) * D + mlp
+    if config.agentloop_int8_activations:
+        layer += 2 * (H + Hq * D + I)
+    per_step = config.num_hidden_layers * layer + 2 * H + config.vocab_size
+    steps = sum(r.steps for r in reqs if r.reported)
+    return 2 * steps * per_step * torch.empty((), dtype=config.dtype).element_size()
+
+
+def _find(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Callable], reqs: list[Request],
+          plan: list[PlannedStep], differing: list[int], device: str) -> dict[int, Divergence | None]:
+    """Re-run both schedules recording the differing requests only, and compare."""
+    wanted = set(differing)
+    alone_rec, batched_rec = Recorder(wanted), Recorder(wanted)
+    subset = [r for r in reqs if r.id in wanted]
+    run_plan(Decoder(config, weights, ops, alone_rec), subset, alone_plan(subset), device)
+    run_plan(Decoder(config, weights, ops, batched_rec), reqs, plan, device)
+    return {i: first_divergence(alone_rec, batched_rec, i) for i in differing}
+
+
+def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weights: ModelWeights,
+               reqs: list[Request], device: str, seed: int) -> SetReport:
+    report = SetReport(name=name, sources=dict(getattr(ops, "sources", {})))
+    plan = batched_plan(reqs, seed)
+    report.batched_steps, report.max_batch = len(plan), max(len(s.rows) for s in plan)
+    reported = [r for r in reqs if r.reported]
+    record_now = _record_bytes(config, reqs) <= RECORD_ALWAYS_BYTES
+    recorders = {"alone": Recorder({r.id for r in reported}), "batched": Recorder({r.id for r in reported})}
+    try:
+        runs: dict[str, list[dict[int, RequestResult]]] = {"alone": [], "batched": []}
+        seconds = 0.0
+        for schedule, steps in (("alone", alone_plan(reqs)), ("batched", plan)):
+            for run in range(2):
+                # The first run records (if it does); the second, warm (kernels compiled, the
+                # vendor libraries' per-shape choices made), is the one timed.
+                recorder = recorders[schedule] if record_now and run == 0 else None
+                results, took = run_plan(Decoder(config, weights, ops, recorder), reqs, steps, device)
+                runs[schedule].append(results)
+                if schedule == "batched" and run == 1:
+                    seconds = took
+        report.requests = [_compare(r, runs["alone"], runs["batched"]) for r in reported]
+        differing = [c.request for c in report.requests if not (c.tokens_equal and c.logprobs_equal)]
+        if differing:
+            found = ({i: first_divergence(recorders["alone"], recorders["batched"], i) for i in differing}
+                     if record_now else _find(config, weights, ops, reqs, plan, differing, device))
+            for c in report.requests:
+                c.divergence = found.get(c.request)
+    except Exception as exc:  # noqa: BLE001 - a kernel's failure is this set's result, not the check's
+        from gates.runner.loader import describe_exception
+
+        report.error = describe_exception(exc)
+        return report
+    report.differing = len(differing)
+    report.tokens_differing = sum(not c.tokens_equal for c in report.requests)
+    report.nondeterministic = sum(not c.deterministic for c in report.requests)
+    tokens = sum(r.new_tokens for r in reqs)
+    report.batched_tokens_per_s = tokens / seconds if seconds > 0 else 0.0
+    return report
+
+
+def check_model(config: ModelConfig, weights: ModelWeights, ops_by_set: dict[str, Mapping[str, Callable]],
+                requests: int | list[Request] = 16, new_tokens: int = 32, seed: int = 0,
+                device: str | None = None, fillers: int | None = None,
+                prompt_lens: tuple[int, int] = (2, 12)) -> ModelCheckReport:
+    """Serve `requests` seeded requests (plus `fillers`, default as many; see make_requests) alone
+    and batched on each kernel set, or the given list of requests (then `new_tokens`, `fillers`
+    and `prompt_lens` are unused). The weights must be on `device` (default: where they are)."""
+    where = str(weights.embed.device)
+    device = device or where
+    if device != where and not where.startswith(f"{device}:"):
+        raise ModelInputError(f"the weights are on {where}, not {device}; load them on {device}")
+    if isinstance(requests, int):
+        reqs = make_requests(config, requests, new_tokens, seed, fillers, prompt_lens)
+    else:
+        reqs = check_requests(config, requests)
+    sets = [_check_set(name, ops, config, weights, reqs, device, seed) for name, ops in ops_by_set.items()]
+    reported = [r for r in reqs if r.reported]
+    return ModelCheckReport(model=config.summary(), requests=len(reported),
+                            new_tokens=max(r.new_tokens for r in reported), seed=seed, device=device,
+                            sets=sets)
+
+
+def exit_status(report: ModelCheckReport) -> int:
+    """0 when every request of every set is reproducible; 1 when some request differs, is not
+    deterministic, or a set could not run."""
+    return 0 if report.reproducible else 1
+
+
+def render_table(report: ModelCheckReport) -> Table:
+    """One row per kernel set: how many requests differ, and where the first one diverged."""
+    table = Table(title=f"model check: {report.model}; {report.requests} requests x "
+                        f"{report.new_tokens} tokens on {report.device}")
+    for column in ("kernel set", "differ (in tokens)", "nondeterministic", "batches", "tokens/s",
+                   "first divergence"):
+        table.add_column(column, justify="right" if column in ("tokens/s", "batches") else "left")
+    for s in report.sets:
+        if s.error:
+            table.add_row(s.name, "-", "-", "-", "-", f"[red]failed: {s.error}[/red]")
+            continue
+        first = next((c for c in s.requests if c.divergence is not None), None)
+        where = f"request {first.request}: {first.divergence.describe()}" if first else (
+            "no op differed (check the glue)" if s.differing else "")
+        style = "green" if s.reproducible else "red"
+        table.add_row(s.name, f"[{style}]{s.differing}/{len(s.requests)} ({s.tokens_differing})[/{style}]",
+                      str(s.nondeterministic), f"{s.batched_steps} (max {s.max_batch})",
+                      f"{s.batched_tokens_per_s:.1f}", where)
+    return table

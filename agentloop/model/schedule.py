@@ -1,0 +1,176 @@
+"""Serving N requests two ways with the same decoder step: each request alone, and under
+continuous batching.
+
+A request's steps are its positions: prompt tokens first (one per step, see decoder.py), then
+its generated tokens; the step at the last prompt token emits the first of `new_tokens` greedy
+tokens. Every request runs to exactly `new_tokens` (no stop token), so which request is at which
+position in which batch — the plan — is fixed before any kernel runs and does not depend on the
+values the kernels compute; the test and the divergence report can reason about it.
+
+Continuous batching: the reported requests arrive one step apart, filler requests (short, never
+reported) arrive at seeded random steps, finished requests leave, so the batch size and its
+padded KV length change from step to step; each step's rows are in a seeded random order.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentloop.model.config import ModelConfig, ModelInputError
+from agentloop.model.decoder import Decoder, RequestCache, Row
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    id: int
+    prompt: list[int]
+    new_tokens: int
+    arrival: int
+    """The continuous-batching step at which it joins."""
+    reported: bool = True
+    """False for filler requests, which only shape the batches."""
+
+    @property
+    def steps(self) -> int:
+        return len(self.prompt) - 1 + self.new_tokens
+
+
+class PlannedRow(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    request: int
+    position: int
+
+
+class PlannedStep(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    step: int
+    rows: list[PlannedRow]
+
+    @property
+    def kv_len(self) -> int:
+        return max(r.position for r in self.rows) + 1
+
+
+class RequestResult(BaseModel):
+    """What a schedule produced for one request."""
+
+    tokens: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    """float32 values (exact as Python floats)."""
+
+    def bits(self) -> list[int]:
+        return torch.tensor(self.logprobs, dtype=torch.float32).view(torch.int32).tolist()
+
+    def same_tokens(self, other: RequestResult) -> bool:
+        return self.tokens == other.tokens
+
+    def same_logprobs(self, other: RequestResult) -> bool:
+        return self.bits() == other.bits()
+
+
+def make_requests(config: ModelConfig, requests: int, new_tokens: int, seed: int,
+                  fillers: int | None = None, prompt_lens: tuple[int, int] = (2, 12)) -> list[Request]:
+    """`requests` reported requests with seeded prompts of lengths in `prompt_lens`, arriving a
+    step apart, and `fillers` (default: as many) filler requests with prompts of 1 to the longest
+    length and 1 to `new_tokens` tokens, arriving at random steps over the same span."""
+    if requests < 1 or new_tokens < 1:
+        raise ModelInputError(f"requests ({requests}) and new_tokens ({new_tokens}) must be at least 1")
+    lo, hi = prompt_lens
+    if not 1 <= lo <= hi:
+        raise ModelInputError(f"prompt lengths {lo}..{hi}: give 1 <= shortest <= longest")
+    rng = random.Random(seed)
+    vocab = config.vocab_size
+
+    def prompt(n: int) -> list[int]:
+        return [rng.randrange(vocab) for _ in range(n)]
+
+    out = [Request(id=i, prompt=prompt(rng.randint(lo, hi)), new_tokens=new_tokens, arrival=i)
+           for i in range(requests)]
+    span = requests + new_tokens
+    for j in range(requests if fillers is None else fillers):
+        out.append(Request(id=requests + j, prompt=prompt(rng.randint(1, hi)),
+                           new_tokens=rng.randint(1, new_tokens), arrival=rng.randrange(span),
+                           reported=False))
+    return check_requests(config, out)
+
+
+def check_requests(config: ModelConfig, requests: list[Request]) -> list[Request]:
+    """The requests, if the model can serve them (ModelInputError, one line, if not)."""
+    ids = [r.id for r in requests]
+    if len(set(ids)) != len(ids):
+        raise ModelInputError("two requests share an id; give each request its own id")
+    if not any(r.reported for r in requests):
+        raise ModelInputError("no reported request: mark at least one request reported")
+    for r in requests:
+        if not r.prompt or r.new_tokens < 1:
+            raise ModelInputError(f"request {r.id}: needs a prompt and at least one new token")
+        if any(not 0 <= t < config.vocab_size for t in r.prompt):
+            raise ModelInputError(f"request {r.id}: prompt token outside the vocabulary "
+                                  f"(0..{config.vocab_size - 1})")
+        if len(r.prompt) + r.new_tokens > config.max_position_embeddings:
+            raise ModelInputError(f"request {r.id}: {len(r.prompt)} prompt + {r.new_tokens} new tokens "
+                                  f"exceed max_position_embeddings {config.max_position_embeddings}; "
+                                  f"ask for fewer")
+    return requests
+
+
+def batched_plan(requests: list[Request], seed: int) -> list[PlannedStep]:
+    """The continuous-batching schedule: per step, the (request, position) rows in batch order."""
+    rng = random.Random(seed + 1)
+    progress = {r.id: 0 for r in requests}
+    plan: list[PlannedStep] = []
+    step = 0
+    while any(progress[r.id] < r.steps for r in requests):
+        active = [r for r in requests if r.arrival <= step and progress[r.id] < r.steps]
+        if active:
+            rows = [PlannedRow(request=r.id, position=progress[r.id]) for r in active]
+            rng.shuffle(rows)
+            plan.append(PlannedStep(step=step, rows=rows))
+            for r in active:
+                progress[r.id] += 1
+        step += 1
+    return plan
+
+
+def alone_plan(requests: list[Request]) -> list[PlannedStep]:
+    """Each reported request alone, one after another: batches of one row."""
+    plan, step = [], 0
+    for r in requests:
+        if r.reported:
+            for p in range(r.steps):
+                plan.append(PlannedStep(step=step, rows=[PlannedRow(request=r.id, position=p)]))
+                step += 1
+    return plan
+
+
+def run_plan(decoder: Decoder, requests: list[Request], plan: list[PlannedStep],
+             device: str) -> tuple[dict[int, RequestResult], float]:
+    """Run a plan; per request its tokens and logprobs, and the wall time in seconds."""
+    by_id = {r.id: r for r in requests}
+    results = {r.id: RequestResult() for r in requests}
+    caches: dict[int, RequestCache] = {}
+    cfg = decoder.config
+    start = time.perf_counter()
+    for planned in plan:
+        rows = []
+        for pr in planned.rows:
+            req = by_id[pr.request]
+            if pr.request not in caches:
+                caches[pr.request] = RequestCache.empty(cfg, len(req.prompt) + req.new_tokens, device)
+            p = pr.position
+            token = req.prompt[p] if p < len(req.prompt) else results[req.id].tokens[p - len(req.prompt)]
+            rows.append(Row(request=req.id, position=p, token=token, cache=caches[req.id],
+                            emits=p >= len(req.prompt) - 1))
+        out = decoder.step(rows, planned.step)
+        emitting = [r for r in rows if r.emits]
+        for row, token, logprob in zip(emitting, out.tokens, out.logprobs.tolist(), strict=True):
+            results[row.request].tokens.append(token)
+            results[row.request].logprobs.append(logprob)
+        for row in rows:  # a finished request leaves: its cache is freed
+            if row.position == by_id[row.request].steps - 1:
+                caches.pop(row.request)
+    return results, time.perf_counter() - start

@@ -1,0 +1,212 @@
+"""The model check on CPU (Triton kernels in the interpreter, float32, the bundled tiny configs):
+an invariant kernel set reproduces every request, one variant kernel makes requests differ and
+the finder names it, bad configs and checkpoints fail in one line, and a safetensors directory
+gives the seeded model's tokens."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from agentloop.model.check import check_model, exit_status, render_table
+from agentloop.model.config import ModelInputError, load_config, parse_config
+from agentloop.model.decoder import Decoder
+from agentloop.model.kernel_sets import compiled_ops, eager_ops, file_ops, reference_ops
+from agentloop.model.recorder import Recorder
+from agentloop.model.schedule import Request, alone_plan, batched_plan, make_requests, run_plan
+from agentloop.model.weights import load_weights, seeded_state_dict, seeded_weights
+from gates.contract import get_task
+from gates.corpus import load_manifest
+
+# Corpus kernels measured invariant on the CPU interpreter (checked against the manifests below).
+CPU_INVARIANT = {"rms_norm": "row_per_program.py", "fused_add_rms_norm": "row_per_program.py",
+                 "rotary_embedding": "token_per_program.py", "decode_attention": "grouped_decode.py",
+                 "silu_and_mul": "row_column_blocks.py", "greedy_sample": "row_scan.py",
+                 "token_logprobs": "online_row.py", "moe_topk_softmax": "row_per_program.py"}
+# Measured variant on CPU: batches of 16 rows or more take a tiled path that computes
+# (gate * up) * sigmoid(gate) instead of gate / (1 + exp(-gate)) * up, which changes most rows'
+# bits. (The rms_norm split kernels change a row only when the reordered sum of squares moves
+# rsqrt by an ulp, about one row in seven at these widths: a test on them would rest on luck.)
+VARIANT = ("silu_and_mul", "rows_heuristics.py")
+
+# Every linear of the corpus multiplies its tiles with tl.dot, which the interpreter runs as
+# np.matmul; OpenBLAS's Haswell sgemm kernel (picked on this AMD EPYC) rounds rows 6-11 of each
+# 12 differently from rows 0-5, so a row's result depends on its place in the tile. This linear
+# gives each row its own programs and reduces with tl.sum, invariant on any CPU.
+ROW_LINEAR = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_linear(x_ptr, w_ptr, b_ptr, out_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + row * K + ks, mask=ks < K, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols[:, None] * K + ks[None, :],
+                    mask=(cols[:, None] < N) & (ks[None, :] < K), other=0.0).to(tl.float32)
+        acc += tl.sum(w * x[None, :], axis=1)
+    acc += tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * N + cols, acc.to(out_ptr.dtype.element_ty), mask=cols < N)
+
+
+def linear(x, weight, bias):
+    T, K = x.shape
+    N = weight.shape[0]
+    out = torch.empty((T, N), device=x.device, dtype=x.dtype)
+    BLOCK_N = min(512, triton.next_power_of_2(N))
+    _row_linear[(T, triton.cdiv(N, BLOCK_N))](x, weight, bias, out, N, K, BLOCK_N=BLOCK_N,
+                                             BLOCK_K=min(512, triton.next_power_of_2(K)))
+    return out
+'''
+
+
+def _candidate(task: str, file: str) -> str:
+    return str(get_task(task).candidates_dir / file)
+
+
+@pytest.fixture(scope="module")
+def invariant_files(tmp_path_factory) -> dict[str, str]:
+    for task, file in CPU_INVARIANT.items():
+        entry = next(e for e in load_manifest(get_task(task)).candidates if e.file == file)
+        assert entry.cpu is not None and entry.cpu.label == "invariant", (task, file)
+    linear = tmp_path_factory.mktemp("kernels") / "row_linear.py"
+    linear.write_text(ROW_LINEAR)
+    return {**{t: _candidate(t, f) for t, f in CPU_INVARIANT.items()}, "linear": str(linear)}
+
+
+def _variant_path(rows: int) -> int:
+    """rows_heuristics.py's BLOCK_T for a batch of `rows`, which picks its formula."""
+    return 1 if rows < 16 else 8
+
+
+def _requests(config, burst: int = 14) -> list[Request]:
+    """Three reported requests and random fillers, plus a burst of one-step fillers at step 2
+    (with 14, that batch exceeds 16 rows, where the variant kernel takes its other path)."""
+    reqs = make_requests(config, requests=3, new_tokens=2, seed=0, fillers=2, prompt_lens=(2, 2))
+    rng = random.Random(1)
+    return reqs + [Request(id=len(reqs) + j, prompt=[rng.randrange(config.vocab_size)], new_tokens=1,
+                           arrival=2, reported=False) for j in range(burst)]
+
+
+# The MoE model with a smaller burst: its experts' gathered batches vary anyway, and time is short.
+@pytest.mark.parametrize(("name", "burst"), [("tiny-llama", 14), ("tiny-moe", 3)])
+def test_invariant_kernels_reproduce_every_request(name, burst, invariant_files):
+    config = load_config(name)
+    reqs = _requests(config, burst)
+    plan = batched_plan(reqs, seed=0)
+    sizes = [len(s.rows) for s in plan]
+    assert max(sizes) > 3 + burst and len(set(sizes)) > 3, sizes
+    report = check_model(config, seeded_weights(config, seed=0), {"invariant": file_ops(invariant_files)},
+                         requests=reqs, seed=0, device="cpu")
+    (result,) = report.sets
+    assert not result.error, result.error
+    assert result.differing == 0 and result.nondeterministic == 0, result.model_dump_json()
+    assert len(result.requests) == 3 and all(r.reproducible for r in result.requests)
+    assert exit_status(report) == 0
+
+
+def test_variant_kernel_is_found(invariant_files):
+    config = load_config("tiny-llama")
+    reqs = _requests(config)
+    task, file = VARIANT
+    entry = next(e for e in load_manifest(get_task(task)).candidates if e.file == file)
+    assert entry.cpu is not None and entry.cpu.label == "variant"
+    ops = file_ops({**invariant_files, task: _candidate(task, file)})
+    report = check_model(config, seeded_weights(config, seed=0), {"variant silu_and_mul": ops},
+                         requests=reqs, seed=0, device="cpu")
+    (result,) = report.sets
+    assert not result.error, result.error
+    assert result.differing >= 1 and exit_status(report) == 1
+    assert result.nondeterministic == 0
+    # Per request: its first step in a batch where the variant takes another path than alone.
+    first_other_path = {}
+    for planned in batched_plan(reqs, seed=0):
+        for row, pr in enumerate(planned.rows):
+            if _variant_path(len(planned.rows)) != _variant_path(1) and pr.request not in first_other_path:
+                first_other_path[pr.request] = (pr.position, len(planned.rows), row, planned.kv_len)
+    # Only requests that met the other path can differ (one whose reported outputs happen to
+    # round the same is not reported).
+    differing = {c.request for c in result.requests if not c.reproducible}
+    assert differing and differing <= set(first_other_path)
+    for check in result.requests:
+        if check.reproducible:
+            continue
+        div = check.divergence
+        assert div is not None, check
+        step, size, row, kv_len = first_other_path[check.request]
+        assert (div.task, div.site, div.layer, div.step) == (task, "layer0.mlp.act", 0, step)
+        assert (div.batched.batch_size, div.batched.row, div.batched.kv_len) == (size, row, kv_len)
+        assert div.alone.batch_size == 1 and div.alone_value != div.batched_value
+    assert json.loads(report.model_dump_json())["sets"][0]["differing"] == result.differing
+    assert render_table(report).row_count == 1
+
+
+def test_bad_inputs_fail_in_one_line(tmp_path):
+    with pytest.raises(ModelInputError, match="'GPT2LMHeadModel' is not supported") as info:
+        parse_config({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "hidden_size": 64})
+    assert "\n" not in str(info.value)
+    from safetensors.torch import save_file
+
+    config = load_config("tiny-llama")
+    tensors = seeded_state_dict(config, seed=0)
+    (tmp_path / "config.json").write_text(json.dumps(config.model_dump(exclude_none=True)))
+    missing = "model.layers.1.self_attn.v_proj.weight"
+    save_file({k: v for k, v in tensors.items() if k != missing}, tmp_path / "model.safetensors")
+    with pytest.raises(ModelInputError, match=f"'{missing}' is missing") as info:
+        load_weights(tmp_path)
+    assert "\n" not in str(info.value)
+    wrong = "model.layers.0.mlp.down_proj.weight"
+    save_file({**tensors, wrong: torch.zeros(128, 100)}, tmp_path / "model.safetensors")
+    with pytest.raises(ModelInputError, match=rf"'{wrong}' has shape \[128, 100\], expected \[128, 256\]"):
+        load_weights(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-moe"])
+def test_safetensors_directory_gives_the_seeded_tokens(name, tmp_path):
+    from safetensors.torch import save_file
+
+    config = load_config(name)
+    tensors = seeded_state_dict(config, seed=3)
+    names = sorted(tensors)
+    (tmp_path / "config.json").write_text(json.dumps(config.model_dump(exclude_none=True)))
+    # Two shards, as large checkpoints come.
+    save_file({k: tensors[k] for k in names[::2]}, tmp_path / "model-00001-of-00002.safetensors")
+    save_file({k: tensors[k] for k in names[1::2]}, tmp_path / "model-00002-of-00002.safetensors")
+    loaded_config, loaded = load_weights(tmp_path)
+    assert loaded_config == config
+    reqs = make_requests(config, requests=2, new_tokens=4, seed=0, fillers=0)
+    ops = reference_ops()
+    seeded, _ = run_plan(Decoder(config, seeded_weights(config, seed=3), ops), reqs, alone_plan(reqs), "cpu")
+    from_dir, _ = run_plan(Decoder(config, loaded, ops), reqs, alone_plan(reqs), "cpu")
+    for r in reqs:
+        assert len(seeded[r.id].tokens) == 4
+        assert seeded[r.id].tokens == from_dir[r.id].tokens
+        assert seeded[r.id].same_logprobs(from_dir[r.id])
+
+
+def test_int8_activations_and_the_torch_kernel_sets():
+    config = load_config("tiny-llama").model_copy(update={"agentloop_int8_activations": True})
+    weights = seeded_weights(config, seed=0)
+    recorder = Recorder()
+    reqs = make_requests(config, requests=1, new_tokens=2, seed=0, fillers=0)
+    run_plan(Decoder(config, weights, reference_ops(), recorder), reqs, alone_plan(reqs), "cpu")
+    sites = [(r.site, r.task) for r in recorder.records[(0, 0)]]
+    assert ("layer0.qkv_proj.quant", "per_token_quant_int8") in sites
+    assert ("lm_head.quant", "per_token_quant_int8") not in sites
+    eager, compiled = eager_ops("cpu"), compiled_ops()
+    assert set(eager) == set(compiled) == set(eager.sources)
+    assert eager.sources["linear"] == "baseline torch_linear on cpu"
+    report = check_model(config, weights, {"eager": eager}, requests=2, new_tokens=2, seed=0, fillers=2,
+                         prompt_lens=(2, 3))
+    (result,) = report.sets
+    assert not result.error and result.max_batch >= 2 and result.batched_tokens_per_s > 0
+    for check in result.requests:  # CPU GEMMs are free to round a row by its batch: found if so
+        assert check.reproducible or check.divergence is not None
