@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,36 +37,7 @@ VARIANT = ("silu_and_mul", "rows_heuristics.py")
 # np.matmul; OpenBLAS's Haswell sgemm kernel (picked on this AMD EPYC) rounds rows 6-11 of each
 # 12 differently from rows 0-5, so a row's result depends on its place in the tile. This linear
 # gives each row its own programs and reduces with tl.sum, invariant on any CPU.
-ROW_LINEAR = '''
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _row_linear(x_ptr, w_ptr, b_ptr, out_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        ks = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + row * K + ks, mask=ks < K, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols[:, None] * K + ks[None, :],
-                    mask=(cols[:, None] < N) & (ks[None, :] < K), other=0.0).to(tl.float32)
-        acc += tl.sum(w * x[None, :], axis=1)
-    acc += tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * N + cols, acc.to(out_ptr.dtype.element_ty), mask=cols < N)
-
-
-def linear(x, weight, bias):
-    T, K = x.shape
-    N = weight.shape[0]
-    out = torch.empty((T, N), device=x.device, dtype=x.dtype)
-    BLOCK_N = min(512, triton.next_power_of_2(N))
-    _row_linear[(T, triton.cdiv(N, BLOCK_N))](x, weight, bias, out, N, K, BLOCK_N=BLOCK_N,
-                                             BLOCK_K=min(512, triton.next_power_of_2(K)))
-    return out
-'''
+ROW_LINEAR = (Path(__file__).parent / "fixtures" / "linear" / "row_sum.py").read_text()
 
 
 def _candidate(task: str, file: str) -> str:

@@ -32,6 +32,8 @@ class CagedSet:
         ops: dict[str, Callable] = {}
         sources: dict[str, str] = {}
         try:
+            # Every runner boots in the background at once; loading waits for each in turn.
+            booting = {name: self._boot(name) for name in tasks if choice.choice(name).kind not in torch_sets}
             for name in tasks:
                 k = choice.choice(name)
                 if k.kind in torch_sets:
@@ -40,20 +42,25 @@ class CagedSet:
                     ops[name], sources[name] = built[k.kind][name], built[k.kind].sources[name] \
                         if k.origin == k.kind else k.origin
                 else:
-                    ops[name], sources[name] = self._caged(name, k.code or ""), k.origin
+                    ops[name], sources[name] = self._caged(name, booting[name], k.code or ""), k.origin
         except BaseException:
             self.close()
             raise
         self.ops = KernelSet(ops, sources)
 
-    def _caged(self, name: str, code: str) -> Callable:
-        from gates.judge.client import CandidateFailure, RemoteEntry, Runner, set_deadline
+    def _boot(self, name: str) -> Any:
+        from gates.judge.client import Runner, set_deadline
         from gates.judge.runner_pool import reference_dirs
 
-        task = get_task(name)
         set_deadline(CPU_CALL_DEADLINE_S if self.device == "cpu" else 600.0)
-        runner = Runner(self.device, reference_dirs=reference_dirs(task))
+        runner = Runner(self.device, reference_dirs=reference_dirs(get_task(name)))
         self.runners.append(runner)
+        return runner
+
+    def _caged(self, name: str, runner: Any, code: str) -> Callable:
+        from gates.judge.client import CandidateFailure, RemoteEntry
+
+        task = get_task(name)
         try:
             runner.load(code, task.entry)
         except Exception as exc:  # noqa: BLE001 - the kernel's own failure, said in one line

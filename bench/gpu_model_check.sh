@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The model check on the GPU machine (docs/lab/gpu/model_check/README.md): every kernel set on the
+# Llama-shaped and the Mixtral-shaped decoder, and the transformers Llama under an exported set.
+# Needs the wheels of bench/gpu_wheels.sh in .whl and the real-model record copied to
+# runs/records/refine-h200 (device tool: carry [".whl", "runs/records"]).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-runs/model_check}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH=/tmp/site:$PWD
+R=runs/records/refine-h200
+SETS="--set eager --set compiled --set corpus --set baseline=run:$R:baseline --set bi-aware=run:$R:bi-aware"
+for config in ${CONFIGS:-llama-h200 moe-h200}; do
+  timeout "${LIMIT:-240}" python3 bench/model_check.py --config "$config" --device cuda $SETS \
+    --json "$OUT/$config.json" 2>&1 | tee "$OUT/$config.log"
+done
+timeout 240 python3 -m pytest -q -s -p no:cacheprovider tests/test_transformers_export.py -k gpu 2>&1 \
+  | tee "$OUT/transformers.log"
