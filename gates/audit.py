@@ -8,7 +8,9 @@ runs the candidate in a caged runner of its own (`gates.judge.client`).
 from __future__ import annotations
 
 import json
+import os
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from gates.judge.environment import redact
 from gates.judge.sandbox import Job, Sandbox, report_progress
 from gates.library import IMPORT_FAILED, LibraryEntry
 from gates.library import static_result as library_static
-from gates.plan import batch_sizes, gate_dtypes
+from gates.plan import batch_sizes, beyond_sizes, gate_dtypes
 from gates.source import read_candidate, static_result
 from gates.verdict import GateResult, Verdict
 
@@ -40,6 +42,41 @@ CPU_NOTE = "cpu interpreter: not a GPU verdict"
 rounds by a row's tile position there, atomics run one at a time, bf16 hides one-ulp changes)."""
 UNSUPPORTED = ("not supported in interpreter mode", "interpreter does not support")
 """How Triton's interpreter says it cannot run a construct (inline asm, extern elementwise)."""
+CONDEMNING = ("SB", "AC")
+"""Rule families whose error ends an audit: the candidate tried to leave its cage or to cheat
+(sandbox, anti-cheat), so no later gate can make it acceptable and running them only spends the
+judge's time on it (`--all-gates` runs them anyway)."""
+SKIPPED = "skipped: "
+"""How a gate result that was not run begins its error (`skipped_gates`)."""
+_CONDEMNED: weakref.WeakKeyDictionary[Sandbox, tuple[str, str]] = weakref.WeakKeyDictionary()
+"""(the candidate's code, why it was condemned) of the last candidate a sandbox's gate condemned,
+for the next `audit` call of the same candidate on the same sandbox (`agentloop audit` runs one
+gate per call; a sandbox reused for another candidate skips nothing)."""
+
+
+def condemned(result: GateResult) -> str | None:
+    """Why a gate's result ends the audit: its first sandbox or anti-cheat error finding."""
+    for f in result.findings:
+        if f.severity == "error" and f.rule.startswith(CONDEMNING):
+            return f"the {result.gate} gate rejected the candidate with {f.rule} ({f.message[:160]})"
+    return None
+
+
+def skipped_result(gate: str, why: str) -> GateResult:
+    """A gate not run because an earlier one condemned the candidate: not passed, and says why."""
+    return GateResult(gate=gate, passed=False, error=f"{SKIPPED}{why}; run with --all-gates to run it anyway")
+
+
+def skipped_gates(verdict: Verdict) -> list[dict[str, str]]:
+    """The gates an audit did not run, and why (the `skipped` list of `audit --json`)."""
+    return [{"gate": g.gate, "why": g.error[len(SKIPPED):]} for g in verdict.gates
+            if (g.error or "").startswith(SKIPPED)]
+
+
+def sweep_seed() -> int:
+    """A fresh seed for the batch sizes beyond the sweep (`gates.plan.beyond_sizes`): drawn per
+    audit, so a candidate cannot know in advance where the sweep ends."""
+    return int.from_bytes(os.urandom(4), "little")
 
 
 class CannotCheckHere(CandidateError):
@@ -53,12 +90,16 @@ def _range_text(values: list[int]) -> str:
     return f"{values[0]}-{values[-1]} ({len(values)} sizes)"
 
 
-def coverage(gate: str, task: Task, device: str) -> str | None:
+def coverage(gate: str, task: Task, device: str, sweep: int | None = None) -> str | None:
     """What a gate sweeps for this task on this device, compact: the dynamic gate's batch sizes
-    and dtypes (`gates.plan`), the correctness gate's shapes, dtypes and seeds
+    (with those drawn beyond the sweep from `sweep`, the audit's sweep seed) and dtypes
+    (`gates.plan`), the correctness gate's shapes, dtypes and seeds
     (`gates.correctness.correctness_gate`)."""
     if gate == "dynamic":
-        return f"batch {_range_text(batch_sizes(task, device))}, {'+'.join(gate_dtypes(task, device))}"
+        beyond = "" if sweep is None else \
+            f" + {','.join(map(str, beyond_sizes(task, device, sweep)))} beyond (sweep seed {sweep})"
+        dtypes = "+".join(gate_dtypes(task, device))
+        return f"batch {_range_text(batch_sizes(task, device))}{beyond}, {dtypes}"
     if gate == "correctness":
         shapes = task.shapes_for(device)
         sizes = [s[task.batch_axis] for s in shapes if task.batch_axis in s]
@@ -69,7 +110,8 @@ def coverage(gate: str, task: Task, device: str) -> str | None:
     return None
 
 
-def dynamic_progress_job(code: str, task: Task, device: str, seed: int = 0) -> GateResult:
+def dynamic_progress_job(code: str, task: Task, device: str, seed: int = 0,
+                         sweep_seed: int | None = None) -> GateResult:
     """`gates.dynamic.dynamic_job`, telling the parent each call's batch size
     (`gates.judge.sandbox.report_progress`) for `agentloop audit`'s status line."""
     from gates.dynamic import dynamic_gate
@@ -87,7 +129,7 @@ def dynamic_progress_job(code: str, task: Task, device: str, seed: int = 0) -> G
             report_progress(f"call {calls[0]}" + (f", batch {size[0]}" if size else ""))
             return entry(*args)
 
-        return dynamic_gate(traced, task, device, seed=seed)
+        return dynamic_gate(traced, task, device, seed=seed, sweep_seed=sweep_seed)
 
     return run_gate("dynamic", code, task, device, body)
 
@@ -110,7 +152,8 @@ def default_device() -> str:
 
 def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str] | None = None,
           device: str | None = None, timeout: float | None = None, sandbox: Sandbox | None = None,
-          progress: Callable[[str, str], None] | None = None) -> Verdict:
+          progress: Callable[[str, str], None] | None = None, all_gates: bool = False,
+          sweep: int | None = None) -> Verdict:
     """Run the named gates (default all) on one candidate file, or on an installed library's
     callable (a `LibraryEntry`, `gates.library`), and return the Verdict.
 
@@ -121,6 +164,10 @@ def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str]
     otherwise one is started for this call and stopped after it. A candidate file that fails to
     import is rejected at the first gate that loads it (the later gates are not run).
     `progress(gate, line)` is called as a gate reports where it is (e.g. the dynamic gate's batch).
+    Once a gate rejects the candidate with a sandbox (SB) or anti-cheat (AC) error, the later gates
+    (also those of later calls on the same `sandbox`) are skipped: their results say so
+    (`skipped_gates`); `all_gates` runs them anyway. `sweep` is the seed of the dynamic gate's
+    batch sizes beyond the sweep (default: a fresh one, `sweep_seed`), named in its coverage.
     """
     start = time.perf_counter()
     wanted = list(gates) if gates else list(GATES)
@@ -141,13 +188,24 @@ def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str]
     if sandbox is None and any(g in JOBS for g in wanted):
         own = sandbox = Sandbox(device)  # starts booting while the static gate runs
     results, isolation = [], None
+    sweep = sweep_seed() if sweep is None else sweep
+    earlier = None if all_gates or sandbox is None else _CONDEMNED.get(sandbox)
+    why = earlier[1] if earlier is not None and earlier[0] == source else None
+    ran_candidate = False
     try:
         for gate in (g for g in GATES if g in wanted):
+            if why is not None and gate != "static":
+                results.append(skipped_result(gate, why))
+                continue
             if gate == "static":
                 results.append(library_static(library, task) if library else
                                static_result(source, task, candidate))
                 continue
-            job = Job(JOBS[gate], {"code": source, "task": task, "device": sandbox.device})
+            args = {"code": source, "task": task, "device": sandbox.device}
+            if gate == "dynamic":
+                args["sweep_seed"] = sweep
+            job = Job(JOBS[gate], args)
+            ran_candidate = True
             said = (lambda line, gate=gate: progress(gate, line)) if progress else None
             outcome = sandbox.run(job, timeout, progress=said)
             if outcome.ok and isinstance(outcome.value, GateResult):
@@ -165,8 +223,10 @@ def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str]
                 result = result.model_copy(update={"error": error})
             # What the gate swept: its plan, when it ran the candidate through it (to the end or to
             # the first finding); none when it could not run the candidate at all.
-            swept = None if result.error else coverage(gate, task, sandbox.device)
+            swept = None if result.error else coverage(gate, task, sandbox.device, sweep)
             results.append(result.model_copy(update={"coverage": swept}))
+            if not all_gates and why is None and (why := condemned(result)) is not None:
+                _CONDEMNED[sandbox] = (source, why)
             if unsupported_here(error, sandbox.device, library is not None):
                 what = library.spec if library else str(candidate)
                 raise CannotCheckHere(f"{what}: cannot be checked here (the CPU interpreter does not "
@@ -175,7 +235,7 @@ def audit(candidate: str | Path | LibraryEntry, task: Task, gates: Sequence[str]
                 raise CandidateError(f"--entry {library.spec}: {error}")
             if error.startswith(IMPORT_FAILED):
                 break  # every later gate would load it again and fail the same way
-        if sandbox is not None and any(g in JOBS for g in wanted):
+        if sandbox is not None and ran_candidate:
             said = sandbox.run(Job("gates.judge.isolation:runner_isolation", {}), 60)
             isolation = said.value if said.ok and isinstance(said.value, dict) else None
     finally:
@@ -204,6 +264,9 @@ def verdict_json(verdict: Verdict) -> dict[str, Any]:
     out = {"task": verdict.task, "candidate": verdict.candidate, "verdict": verdict.verdict,
            "seconds": round(verdict.seconds, 3), "device": verdict.device,
            "coverage": {g.gate: g.coverage for g in verdict.gates if g.coverage}, "gates": gates}
+    skipped = skipped_gates(verdict)
+    if skipped:
+        out["skipped"] = skipped
     if verdict.device == "cpu":
         out["note"] = CPU_NOTE
     if verdict.isolation is not None:

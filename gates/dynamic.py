@@ -28,7 +28,9 @@ from gates.plan import (
     SINGLES,
     Context,
     HarnessError,
+    add_beyond,
     batch_sizes,
+    beyond_sizes,
     content_sizes,
     gate_dtypes,
     is_ragged,
@@ -49,13 +51,19 @@ class Outcome:
 
 
 def dynamic_gate(fn: Callable, task: Task, device: str, *, sizes: list[int] | None = None,
-                 dtypes: list[str] | None = None, seed: int = 0) -> GateResult:
-    """Run the dynamic BI gate on an entry function already loaded in this process."""
+                 dtypes: list[str] | None = None, seed: int = 0, sweep_seed: int | None = None) -> GateResult:
+    """Run the dynamic BI gate on an entry function already loaded in this process.
+
+    `sweep_seed` draws the batch sizes beyond the sweep (`gates.plan.beyond_sizes`; default:
+    `seed`, so a run is repeatable; an audit passes a fresh one); given `sizes`, none are drawn."""
     start = time.perf_counter()
+    beyond = [] if sizes else beyond_sizes(task, device, seed if sweep_seed is None else sweep_seed)
     sizes = sizes or batch_sizes(task, device)
     result = lambda **kw: GateResult(gate="dynamic", seconds=time.perf_counter() - start, **kw)
     for k, dtype in enumerate(dtypes or gate_dtypes(task, device)):
         plan = gate_plan(task, device, sizes, first_dtype=k == 0, seed=seed)
+        if k == 0 and beyond:
+            plan = add_beyond(plan, beyond, max(sizes), seed if sweep_seed is None else sweep_seed)
         try:
             pools = RowPools.cached(task, device, dtype, plan, seed)
         except Exception as exc:  # noqa: BLE001 - the task's own input generator failed
@@ -111,22 +119,27 @@ class PlanSize(BaseModel):
 
 def plan_size(task: Task, device: str, seed: int = 0) -> PlanSize:
     """The size of the dynamic gate's plan for this task and device, computed without running
-    or generating anything (so a GPU plan can be sized on a CPU)."""
+    or generating anything (so a GPU plan can be sized on a CPU); beyond-the-sweep batches
+    included (their sizes vary with the sweep seed, the count does not)."""
     sizes = batch_sizes(task, device)
     calls = rows = generated = 0
     for k, _ in enumerate(gate_dtypes(task, device)):
         plan = gate_plan(task, device, sizes, first_dtype=k == 0, seed=seed)
+        if k == 0:
+            plan = add_beyond(plan, beyond_sizes(task, device, seed), max(sizes), seed)
         calls += len(plan)
         rows += sum(c.batch_size for c in plan)
         generated += plan_elements(task, device, plan)
     return PlanSize(calls=calls, rows=rows, generated=generated)
 
 
-def dynamic_job(code: str, task: Task, device: str, seed: int = 0) -> GateResult:
+def dynamic_job(code: str, task: Task, device: str, seed: int = 0,
+                sweep_seed: int | None = None) -> GateResult:
     """The dynamic gate as a sandbox job: the candidate runs in a caged runner
     (`gates.judge.client`), the gate here."""
     return run_gate("dynamic", code, task, device,
-                    lambda runner, _: dynamic_gate(RemoteEntry(runner), task, device, seed=seed))
+                    lambda runner, _: dynamic_gate(RemoteEntry(runner), task, device, seed=seed,
+                                                   sweep_seed=sweep_seed))
 
 
 def batch_variant_copy(task: Task) -> Callable:
@@ -259,8 +272,8 @@ def run_contexts(fn: Callable, task: Task, plan: list[Context], pools: RowPools,
         if base is not None:
             order = ctx.order or []
             comparisons.append((base.batch_size, kept[ctx.base], list(range(b)), order, order, ""))
-        alone_rows = [p for p, s in enumerate(ctx.slots) if ctx.kind == "batch" and p not in ctx.probes
-                      and s.pool == "random" and s.row in singles]
+        alone_rows = [p for p, s in enumerate(ctx.slots) if ctx.kind in ("batch", "beyond")
+                      and p not in ctx.probes and s.pool == "random" and s.row in singles]
         if alone_rows:
             ids = [ctx.slots[p].row for p in alone_rows]
             stacked = [torch.cat([singles[r][k] for r in ids]) for k in range(len(batched))]

@@ -17,12 +17,14 @@ from typing import Literal
 from gates.contract import Arg, Task
 
 ContextKind = Literal["alone", "single", "repeat", "padding", "batch", "zeros", "large", "nonfinite", "long",
-                      "permuted"]
+                      "permuted", "beyond"]
 """alone: a probe row by itself (the reference); single: a co-batched random row by itself (the
 reference for that row wherever it sits in a random batch); repeat: a call repeated with identical inputs;
 padding: a probe alone with extra padding along the padded axis; batch: probes among fresh
 random rows; zeros / large / nonfinite / long: probes among rows of zeros, of large magnitude,
-holding inf, -inf and NaN, or of longer sequences; permuted: a batch with its rows reordered."""
+holding inf, -inf and NaN, or of longer sequences; permuted: a batch with its rows reordered;
+beyond: probes among fresh random rows in a batch larger than every swept size, its size drawn
+per audit (`beyond_sizes`)."""
 
 PROBES = 3
 """Generated probe rows."""
@@ -56,6 +58,13 @@ to 10 ms (decode_attention, moe_topk_softmax), so these four batches add 1 to 10
 CUDA_BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512)
 
 
+CPU_BEYOND = 256
+"""On the CPU, batches beyond the sweep are drawn from (largest swept, largest + this]: in the
+interpreter a row costs 1-10 ms, so one such batch adds 0.3-3 s."""
+CUDA_BEYOND_DRAWS = 2
+"""Batches drawn beyond the sweep on a GPU, up to twice the task's largest batch: one in each half."""
+
+
 class HarnessError(RuntimeError):
     """The gate's own machinery went wrong (never the candidate's fault)."""
 
@@ -72,6 +81,21 @@ def batch_sizes(task: Task, device: str) -> list[int]:
     task_sizes = {s[task.batch_axis] for s in task.shapes}
     largest = max(task_sizes)
     return sorted({b for b in CUDA_BATCH_SIZES if b <= largest} | {largest} | {1})
+
+
+def beyond_sizes(task: Task, device: str, sweep_seed: int) -> list[int]:
+    """Batch sizes above the largest swept one, drawn from `sweep_seed` (an audit passes a fresh
+    one, so a candidate cannot know them in advance): a kernel that switches strategy only above
+    every size the sweep tries (`if T > 8192:` hidden where the static gate cannot follow it) is
+    called there too. GPU: one in each half of (largest, 2 x the task's largest batch]; CPU: one
+    in (largest, largest + CPU_BEYOND]."""
+    largest = max(batch_sizes(task, device))
+    rng = random.Random(f"beyond:{task.name}:{device}:{sweep_seed}")
+    if device == "cpu":
+        return [rng.randint(largest + 1, largest + CPU_BEYOND)]
+    top = 2 * max([largest] + [s[task.batch_axis] for s in task.shapes if task.batch_axis in s])
+    edges = [largest + (top - largest) * k // CUDA_BEYOND_DRAWS for k in range(CUDA_BEYOND_DRAWS + 1)]
+    return sorted({rng.randint(lo + 1, max(lo + 1, hi)) for lo, hi in zip(edges, edges[1:], strict=False)})
 
 
 def gate_dtypes(task: Task, device: str) -> list[str]:
@@ -104,6 +128,8 @@ class Context:
     order: list[int] | None = None
     """For each position, the position of the same row in the base context."""
     extra_padding: bool = False
+    drawn: tuple[int, int] | None = None
+    """For a "beyond" batch: (the largest swept size, the seed its size was drawn from)."""
 
     @property
     def batch_size(self) -> int:
@@ -127,6 +153,10 @@ class Context:
             "long": f"a batch of {b} whose other sequences are longer, so the padded length grows; {at}",
             "permuted": f"the batch of {b} with its rows permuted; {at} (position "
                         f"{self.order[position] if self.order else '?'} before)",
+            "beyond": f"a batch of {b} with fresh random co-batched rows, beyond the largest swept size "
+                      f"{self.drawn[0] if self.drawn else '?'} (drawn for this audit, sweep seed "
+                      f"{self.drawn[1] if self.drawn else '?'}): the kernel changes with the batch above "
+                      f"the sizes the sweep tries; {at}",
         }.get(self.kind, "")
         if self.kind == "repeat":
             text = (f"the batch of {b} called again with identical inputs; {at}" if base and b > 1
@@ -205,6 +235,22 @@ def plan_contexts(sizes: list[int], *, ragged: bool, repeat_each_size: bool = Fa
         for _ in range(repeats):
             plan.append(Context("repeat", base.slots, base=largest_at, order=list(range(b))))
     return plan
+
+
+def add_beyond(plan: list[Context], sizes: list[int], largest: int, sweep_seed: int) -> list[Context]:
+    """The plan with a probe batch of each size beyond the sweep appended (after every swept
+    context, so the cheaper counterexamples come first). Its co-batched rows cycle over the
+    random rows the plan already generates (a row may sit twice in the batch; each must still
+    equal itself alone), so the pools and their memory do not grow with these sizes."""
+    have = pool_rows(plan).get("random", 0)
+    extra = []
+    for i, b in enumerate(sizes):
+        ctx = _probe_batch("beyond", b, "random", i)
+        if have:
+            ctx.slots = [s if s.pool == "probe" else Slot("random", s.row % have) for s in ctx.slots]
+        ctx.drawn = (largest, sweep_seed)
+        extra.append(ctx)
+    return plan + extra
 
 
 def padded_args(task: Task) -> dict[str, int]:

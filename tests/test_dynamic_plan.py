@@ -62,3 +62,58 @@ def test_nonfinite_rows_hold_inf_and_nan_in_floating_inputs_only():
     assert ids.dtype == torch.int64 and (ids >= 0).all()
     for p in ctx.probes:
         assert torch.isfinite(logits[p]).all()
+
+
+# -- beyond the sweep (issue: a kernel that behaves one way under audit and another in production) --
+def test_sizes_beyond_the_sweep_are_drawn_per_seed_within_reach():
+    from gates.plan import CPU_BEYOND, beyond_sizes
+
+    for task in (RMS, LOGPROBS, get_task("decode_attention")):
+        swept = max(batch_sizes(task, "cpu"))
+        drawn = {tuple(beyond_sizes(task, "cpu", seed)) for seed in range(40)}
+        assert len(drawn) > 10  # the seed decides, so a candidate cannot know the sizes in advance
+        assert all(swept < b <= swept + CPU_BEYOND for sizes in drawn for b in sizes)
+        largest = max(s[task.batch_axis] for s in task.shapes)
+        gpu = [b for seed in range(40) for b in beyond_sizes(task, "cuda", seed)]
+        assert max(batch_sizes(task, "cuda")) < min(gpu) and max(gpu) <= 2 * largest
+        assert beyond_sizes(task, "cuda", 7) == beyond_sizes(task, "cuda", 7)
+
+
+def test_a_switch_above_the_largest_swept_batch_is_caught_and_named():
+    from gates.plan import beyond_sizes
+
+    ref = reference_fn(RMS)
+    swept = max(batch_sizes(RMS, "cpu"))
+
+    def serving_only(x, weight, eps):  # another rounding only above every size the sweep tries
+        T = getattr(x, "si" + "ze")(0)
+        out = as_outputs(ref(x, weight, eps))[0]
+        return (out * 1.0000001) if T > swept else out
+
+    seed = 123456
+    result = dynamic_gate(serving_only, RMS, "cpu", sweep_seed=seed)
+    cx = result.counterexample
+    assert cx is not None and cx.batch_size == beyond_sizes(RMS, "cpu", seed)[0] > swept
+    assert cx.context.startswith("beyond:") and f"sweep seed {seed}" in cx.context
+    assert f"largest swept size {swept}" in cx.context
+    assert dynamic_gate(ref, RMS, "cpu", sweep_seed=seed).passed  # the reference is no counterexample
+    # An explicit list of sizes draws nothing beyond it.
+    assert dynamic_gate(serving_only, RMS, "cpu", sizes=[1, 2, 4, 8]).passed
+
+
+def test_beyond_batches_reuse_the_generated_rows():
+    from gates.plan import add_beyond, plan_elements
+
+    sizes = batch_sizes(RMS, "cuda")
+    plan = gate_plan(RMS, "cuda", sizes)
+    more = add_beyond(plan, [2 * max(sizes)], max(sizes), 5)
+    assert more[-1].kind == "beyond" and more[-1].batch_size == 2 * max(sizes)
+    assert plan_elements(RMS, "cuda", more) == plan_elements(RMS, "cuda", plan)
+
+
+def test_the_audit_coverage_names_the_drawn_sizes_and_seed():
+    from gates.audit import coverage
+    from gates.plan import beyond_sizes
+
+    text = coverage("dynamic", RMS, "cpu", 99)
+    assert f"+ {beyond_sizes(RMS, 'cpu', 99)[0]} beyond (sweep seed 99)" in text

@@ -100,7 +100,8 @@ def rms_norm(x, weight, eps):
 
 
 def test_registry_has_stable_ids_with_titles_and_hints():
-    assert set(RULES) == {"BI001", "BI002", "BI003", "BI004", "BI005", "BI006", "BI007"}
+    assert set(RULES) == {"BI001", "BI002", "BI003", "BI004", "BI005", "BI006", "BI007", "BI008", "BI009",
+                          "BI010", "BI011", "BI012", "BI013"}
     for r in RULES.values():
         assert r.title and len(r.hint) > 40
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import random
 import socket
 import sys
 import threading
@@ -110,6 +111,9 @@ class Driver:
         self.arena = Arena(torch)
         self.late: list[int] = []
         self.slots: dict[int, Any] = {}
+        self.placement = random.Random(int.from_bytes(os.urandom(8), "little"))
+        """Where each new slot starts in its buffer (`new_slot`): this runner's own stream, which
+        the candidate cannot predict."""
         self.entry = None
         self.previous: list[tuple[Any, Any]] = []
         self.prepared: timing.Prepared | None = None
@@ -234,12 +238,35 @@ class Driver:
             view = self.arena.view(int(spec["off"]), dtype, list(spec["shape"]), _itemsize(torch, dtype))
             slot = self.slots.get(spec["slot"])
             if slot is None or slot.dtype != dtype or list(slot.shape) != list(spec["shape"]):
-                slot = torch.empty(view.shape, dtype=dtype, device=self.device)
+                slot = self.new_slot(list(view.shape), dtype)
                 self.slots[spec["slot"]] = slot
             slot.copy_(view)
             args.append(slot)
             tensors.append((i, slot, view))
         return args, tensors
+
+    SLOT_SPREAD = 4096
+    """A new slot starts a random number of 16-byte steps into its own buffer, up to this many
+    bytes, rather than at the allocator's fixed alignment the same in every call: a kernel that
+    picks its reduction from `data_ptr()` (modulo 32, 64, ... 4096) meets every such address in an
+    audit. Never less than 16-byte aligned: Triton compiles a pointer divisible by 16 into another
+    kernel (wider loads, another reduction layout), which can change an honest kernel's bits, and
+    a serving engine's tensors (the caching allocator's, and its slices of them) are 16-byte
+    aligned. Measured on the H200: 1-byte-step offsets made 7 of 16 requests of the invariant
+    corpus set nondeterministic in the model check."""
+    SLOT_ALIGN = 16
+
+    def new_slot(self, shape: list[int], dtype: Any) -> Any:
+        """A contiguous tensor of `shape` at a random dtype-aligned offset into a buffer of its own."""
+        torch = self.torch
+        n = 1
+        for d in shape:
+            n *= d
+        itemsize = _itemsize(torch, dtype)
+        step = max(1, self.SLOT_ALIGN // itemsize)
+        shift = step * self.placement.randrange(max(1, self.SLOT_SPREAD // (step * itemsize))) if n else 0
+        base = torch.empty(n + shift, dtype=dtype, device=self.device)
+        return base[shift:].view(shape)
 
     def call(self, message: dict) -> None:
         for slot in message.get("free", []):

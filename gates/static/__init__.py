@@ -4,7 +4,9 @@
 `@triton.jit` kernels (kernels.py, kernel_reader.py, kernel_calls.py, kernel_aliases.py, configs.py),
 follows the batch size of the task's batched inputs through the host code into launches, grids,
 autotune keys and branches (taint.py, calls.py, expressions.py, control.py, tensors.py), and applies
-the rules (rules.py).
+the rules (rules.py), and the rules for code that can tell an audit from production
+(introspection.py: the call stack, the environment, state across calls, addresses, computed
+attribute names, code built at run time).
 Names imported from small sibling modules of the file are analysed with their source inlined.
 A file that does not parse, or lacks the entry function, gives a failed result with a BI000 error
 finding and `error` set; an entry the analysis cannot follow, or a call on batched rows whose
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 from gates.contract import Task
+from gates.static import introspection
 from gates.static.kernel_aliases import read_kernel_aliases
 from gates.static.kernel_reader import read_kernel
 from gates.static.kernels import KernelInfo, is_jit
@@ -26,7 +29,9 @@ from gates.static.rules import RULES, Analysis, run_rules
 from gates.static.taint import read_host
 from gates.verdict import Finding, GateResult
 
-__all__ = ["RULES", "analyse", "static_gate"]
+__all__ = ["RULES", "analyse", "introspection", "static_gate"]
+"""`introspection` registers BI008-BI013 (stack, environment, state across calls, addresses,
+computed attribute names, code built at run time) in `RULES` beside the batch rules."""
 
 
 def _module_defs(tree: ast.Module) -> dict[str, ast.AST]:
@@ -138,7 +143,7 @@ def analyse(tree: ast.Module, task: Task) -> Analysis:
     jit = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef) and is_jit(s)}
     kernels: dict[str, KernelInfo] = {name: read_kernel(fn, jit, consts, defs) for name, fn in jit.items()}
     kernels.update(read_kernel_aliases(tree, kernels, defs, jit, consts))
-    return Analysis(task=task, kernels=kernels, host=read_host(tree, task, kernels))
+    return Analysis(task=task, kernels=kernels, host=read_host(tree, task, kernels), tree=tree)
 
 
 def _unusable(message: str, line: int | None, hint: str, start: float) -> GateResult:

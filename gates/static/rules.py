@@ -4,6 +4,7 @@ findings with a line and a fix hint an LLM can act on. Proved hazards are errors
 
 from __future__ import annotations
 
+import ast
 import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ class Analysis:
     task: Task
     kernels: dict[str, KernelInfo]
     host: HostFacts
+    tree: ast.Module | None = None
+    """The module as analysed (helpers inlined), for the rules that read its syntax
+    (`gates.static.introspection`)."""
 
 
 @dataclass(frozen=True)
@@ -32,14 +36,16 @@ class Rule:
     check: Callable[[Analysis], Iterator[tuple]]
     """Yields (line, message) for each place the rule fires, or (line, message, "warning") for a
     possible hazard (see `POSSIBLE`)."""
+    note: str = ""
+    """Appended to the rule's warnings (the batch rules: `POSSIBLE`)."""
 
 
 RULES: dict[str, Rule] = {}
 
 
-def rule(rule_id: str, title: str, hint: str):
+def rule(rule_id: str, title: str, hint: str, note: str | None = None):
     def register(fn):
-        RULES[rule_id] = Rule(rule_id, title, hint, fn)
+        RULES[rule_id] = Rule(rule_id, title, hint, fn, POSSIBLE if note is None else note)
         return fn
     return register
 
@@ -60,7 +66,7 @@ def run_rules(analysis: Analysis) -> list[Finding]:
         for line, message, *severity in r.check(analysis):
             level = severity[0] if severity else "error"
             if level == "warning":
-                message += POSSIBLE
+                message += r.note
             if (r.id, line, message) not in seen:
                 seen.add((r.id, line, message))
                 findings.append(Finding(rule=r.id, severity=level, line=line, message=message, hint=r.hint))

@@ -48,7 +48,7 @@ PYTHON = os.environ.get("AGENTLOOP_HOSTILE_PYTHON") or sys.executable
 EXPECTATIONS: dict[str, dict] = yaml.safe_load((HERE / "expectations.yaml").read_text())
 DEFAULTS = {"mode": "audit", "task": "rms_norm", "gates": ["correctness"], "rules": [], "errors": [],
             "timeout": 60, "harness_timeout": 150, "port": None, "kill_after": None, "max_rss_mb": None,
-            "speedup_max": None, "settle": 5.0, "device": None}
+            "speedup_max": None, "settle": 5.0, "device": None, "counterexample": []}
 DEVICE = os.environ.get("HOSTILE_DEVICE", "cpu")
 CUDA_RSS_MB = 200
 """What a CUDA torch adds to the audit process's own memory (H200 host: honest controls peak at
@@ -396,7 +396,7 @@ def outcome_problems(name: str, spec: dict, run: Run) -> tuple[list[str], str]:
         tail = run.stderr.decode(errors="replace").strip().splitlines()[-3:]
         return [f"stdout is not one JSON document (exit {run.returncode}): {text[:300]!r}; "
                 f"stderr tail: {tail}"], "no-json"
-    rules, errors = set(), []
+    rules, errors, contexts = set(), [], []
     if spec["mode"] == "evaluate":
         stages = data if isinstance(data, list) else []
         _collect(stages, rules, errors)  # findings and errors wherever a stage outcome holds them
@@ -410,6 +410,8 @@ def outcome_problems(name: str, spec: dict, run: Run) -> tuple[list[str], str]:
             rules |= {f.get("rule") for f in g.get("findings") or []}
             if g.get("error"):
                 errors.append(g["error"])
+            if isinstance(g.get("counterexample"), dict):
+                contexts.append(str(g["counterexample"].get("context", "")))
         accepted = data.get("verdict") == "accept"
         speedup = None
     for e in errors:
@@ -427,11 +429,13 @@ def outcome_problems(name: str, spec: dict, run: Run) -> tuple[list[str], str]:
         problems.append(f"exit status {run.returncode}, expected 1 (reject)")
     wanted = [r for r in spec["rules"] if r in rules]
     matched = [p for p in spec["errors"] if any(re.search(p, e) for e in errors)]
+    matched += [p for p in spec["counterexample"] if any(re.search(p, c) for c in contexts)]
     if not wanted and not matched:
         got = sorted(r for r in rules if r)
         problems.append(f"rejected, but for none of the expected reasons: wanted a finding in {spec['rules']}"
-                        f" or an error matching {spec['errors']}; got findings {got}, "
-                        f"errors {[e[:200] for e in errors]}")
+                        f" or an error matching {spec['errors']} or a counterexample matching "
+                        f"{spec['counterexample']}; got findings {got}, errors {[e[:200] for e in errors]}, "
+                        f"counterexamples {[c[:200] for c in contexts]}")
     return problems, label
 
 
@@ -521,7 +525,7 @@ def test_every_candidate_has_an_expectation():
         spec = case(name)
         named = set(RULE_ID.findall(doc[doc.index("Gates must report"):]))
         assert named == set(spec["rules"]), f"{name}: docstring {sorted(named)}, expectations {spec['rules']}"
-        assert spec["rules"] or spec["errors"] or spec["mode"] == "killed", name
+        assert spec["rules"] or spec["errors"] or spec["counterexample"] or spec["mode"] == "killed", name
         unknown = set(spec) - set(DEFAULTS) - {"class", "why"}
         assert not unknown, f"{name}: unknown keys {unknown}"
 
