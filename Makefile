@@ -10,7 +10,7 @@ $(BIN)/agentloop: pyproject.toml
 	$(PY) -m venv $(VENV)
 	# CPU torch first, so the dependency range does not pull a multi-GB CUDA build
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,ray,models]'
+	$(BIN)/pip install -q -e '.[dev,ray,models,openevolve]'
 	touch $@
 
 install: $(BIN)/agentloop

@@ -471,9 +471,11 @@ def _requests_wait(n: int) -> str:
 def _register() -> None:
     """Commands that live in `agentloop.commands`, on this app."""
     from agentloop.commands import model
+    from agentloop.frameworks.endpoint import serve_llm
 
     app.command("model-check")(model.model_check)
     app.command("export")(model.export)
+    app.command("serve-llm")(serve_llm)
 
 
 _register()

@@ -20,6 +20,7 @@ AGENTLOOP_LAYERS = {
     "agentloop.loop": 2,
     "agentloop.campaign": 3,
     "agentloop.model": 3,
+    "agentloop.frameworks": 3,  # other agent frameworks on the gates (OpenEvolve), the LLM endpoint
     "agentloop.export": 4,
     "agentloop.commands": 8,  # commands the command line registers
     "agentloop.cli": 9,

@@ -14,7 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentloop.evaluation.stages import STAGE_TIMEOUTS, EvalSettings, Stage
 from agentloop.loop.cell import Budget, Cell
 from agentloop.loop.prompts import MODES, Mode
-from agentloop.loop.styles import STYLES, EvolveSettings, RefineSettings, Role, StyleName, TeamSettings
+from agentloop.loop.styles import (
+    DEFAULT_STYLES,
+    EvolveSettings,
+    OpenEvolveSettings,
+    RefineSettings,
+    Role,
+    StyleName,
+    TeamSettings,
+)
+from agentloop.loop.styles.openevolve import missing_extra
 from agentloop.results.archive import ArchiveOptions
 from gates.contract import TaskError, load_suite
 from gates.yaml_file import one_line, read_mapping
@@ -74,7 +83,7 @@ class Campaign(_Strict):
     """Names the run directory (`runs/<name>` by default)."""
     tasks: list[str] | Literal["all"]
     """Task names, or "all" for the whole suite."""
-    styles: list[StyleName] = Field(default_factory=lambda: list(STYLES))
+    styles: list[StyleName] = Field(default_factory=lambda: list(DEFAULT_STYLES))
     """Agent styles: refine (one conversation), evolve (a population), team (planner, coder,
     reviewer)."""
     modes: list[Mode] = Field(default_factory=lambda: list(MODES))
@@ -111,6 +120,8 @@ class Campaign(_Strict):
     """Settings of the evolve style."""
     team: TeamSettings = Field(default_factory=TeamSettings)
     """Settings of the team style."""
+    openevolve: OpenEvolveSettings = Field(default_factory=OpenEvolveSettings)
+    """Settings of the openevolve style (OpenEvolve's controller on the campaign's model and gates)."""
 
     @field_validator("styles", "modes", "tasks")
     @classmethod
@@ -162,6 +173,8 @@ def parse_campaign(raw: Any, where: str = "campaign") -> Campaign:
         campaign = Campaign.model_validate(raw)
     except ValidationError as exc:
         raise CampaignError(f"{where}: {_one_line(exc)}") from None
+    if "openevolve" in campaign.styles and (missing := missing_extra()):
+        raise CampaignError(f"{where}: styles: {missing}")
     if campaign.tasks != "all":
         try:
             suite = load_suite()

@@ -131,7 +131,7 @@ def generate(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, Any]:
     llm = ctx.llm(state)
     proposals = ctx.style.propose(Proposing(
         state=state, task=ctx.task, mode=ctx.cell.mode, prompts=ctx.prompts, brief=ctx.brief, llm=llm,
-        seeds=[ctx.seed_for(first + i) for i in range(count)]))
+        seeds=[ctx.seed_for(first + i) for i in range(count)], context=ctx))
     candidates = list(state.candidates)
     for i, p in enumerate(proposals):
         code = extract_code(p.answer, ctx.task.entry)
@@ -146,7 +146,8 @@ def generate(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, Any]:
         "answered": llm.answered, "wall_s": state.wall_s + time.perf_counter() - start,
         "pending": [c.number for c in candidates[first - 1:] if c.status == "pending"]}
     if not proposals:
-        update["stop_reason"] = "the style proposed no candidate (LLM-call budget spent)"
+        update["stop_reason"] = getattr(ctx.style, "ended", None) or \
+            "the style proposed no candidate (LLM-call budget spent)"
     return update
 
 

@@ -19,7 +19,7 @@ from agentloop.providers import Completion, Message
 from gates.contract import Task
 
 Role = Literal["planner", "coder", "reviewer"]
-StyleName = Literal["refine", "evolve", "team"]
+StyleName = Literal["refine", "evolve", "team", "openevolve"]
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -55,6 +55,9 @@ class Proposing:
     llm: Asker
     seeds: list[int]
     """One seed per candidate to propose this round; its length is how many to propose."""
+    context: Any = None
+    """The loop's runtime (`agentloop.loop.context.LoopContext`): for a style that runs a framework
+    of its own against the loop's evaluator, run directory and stop flag (openevolve)."""
 
     @property
     def bi_aware(self) -> bool:
