@@ -460,8 +460,6 @@ def status(run_dir: Path = typer.Argument(..., metavar="DIR", help="A run direct
                       highlight=False)
 
 
-if __name__ == "__main__":
-    app()
 
 
 def _requests_wait(n: int) -> str:
@@ -479,3 +477,6 @@ def _register() -> None:
 
 
 _register()
+
+if __name__ == "__main__":
+    app()

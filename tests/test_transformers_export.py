@@ -66,9 +66,7 @@ print(json.dumps({"eager": eager, "exported": routed, "routed": hf_kernels.ROUTE
 
 
 def run_llama(package_dir: Path, device: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(package_dir)}
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
+    env = {**os.environ, "PYTHONPATH": str(package_dir), "TRITON_INTERPRET": "1" if device == "cpu" else "0"}
     done = subprocess.run([sys.executable, "-c", SCRIPT, device], env=env, capture_output=True, text=True,
                           timeout=600, cwd=package_dir)
     assert done.returncode == 0, done.stderr[-3000:]
