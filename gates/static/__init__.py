@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from gates.contract import Task
-from gates.static import introspection
+from gates.static import hidden_state, introspection
 from gates.static.kernel_aliases import read_kernel_aliases
 from gates.static.kernel_reader import read_kernel
 from gates.static.kernels import KernelInfo, is_jit
@@ -29,9 +29,10 @@ from gates.static.rules import RULES, Analysis, run_rules
 from gates.static.taint import read_host
 from gates.verdict import Finding, GateResult
 
-__all__ = ["RULES", "analyse", "introspection", "static_gate"]
-"""`introspection` registers BI008-BI013 (stack, environment, state across calls, addresses,
-computed attribute names, code built at run time) in `RULES` beside the batch rules."""
+__all__ = ["RULES", "analyse", "hidden_state", "introspection", "static_gate"]
+"""`introspection` (stack, environment, computed attribute names, code built at run time) and
+`hidden_state` (state across calls, addresses) register BI008-BI013 in `RULES` beside the batch
+rules."""
 
 
 def _module_defs(tree: ast.Module) -> dict[str, ast.AST]:
