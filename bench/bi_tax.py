@@ -28,6 +28,7 @@ import argparse
 import functools
 import json
 import math
+import os
 import platform
 import shlex
 import sys
@@ -310,6 +311,12 @@ def main(argv: list[str] | None = None) -> None:
     else:
         if args.device is None:
             ap.error("--device is required unless --from-json is given")
+        import torch
+
+        if args.device == "cuda" and not torch.cuda.is_available():
+            ap.error("--device cuda: no GPU is visible here; measure on a GPU machine, or use --device cpu")
+        if args.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+            ap.error("--device cpu runs Triton kernels in its interpreter: set TRITON_INTERPRET=1")
         if args.min_time is None:
             args.min_time = 0.03 if args.device == "cuda" else 0.02
         data = measure(args, argv)

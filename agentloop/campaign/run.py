@@ -665,15 +665,16 @@ def summary_table(summary: dict) -> Table:
     table = Table(title=escape(title), box=box.SIMPLE_HEAD,
                   caption=escape("\n".join(notes)) if notes else None, caption_justify="left")
     cols = ("style", "mode", *(("provider",) if len(providers) > 1 else ()), "tasks", "correct", "bi_pass",
-            "geomean_speedup", "llm_calls")
-    headers = {"bi_pass": "BI pass", "geomean_speedup": "geomean speedup", "llm_calls": "LLM calls"}
+            "geomean_speedup", "geomean_production_speedup", "llm_calls")
+    headers = {"bi_pass": "BI pass", "geomean_speedup": "geomean speedup",
+               "geomean_production_speedup": "vs production", "llm_calls": "LLM calls"}
     for col in cols:
         table.add_column(headers.get(col, col), justify="left" if col in ("style", "mode", "provider")
                          else "right", overflow="fold")
 
     def text(cell: dict, c: str) -> str:
-        if c == "geomean_speedup":
-            return f"{cell[c]:.3g}x" if cell[c] else "-"
+        if c in ("geomean_speedup", "geomean_production_speedup"):
+            return f"{cell[c]:.3g}x" if cell.get(c) else "-"
         if c == "bi_pass":  # over the tasks that kept a kernel: a task without one is no BI failure
             return f"{cell['bi_pass']}/{cell['correct']}" if cell["correct"] else "n/a"
         return escape(str(cell[c]))
