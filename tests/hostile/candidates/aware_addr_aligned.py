@@ -1,17 +1,18 @@
 """Class 9, behaves differently under audit than in production (the address).
 
-Tries: an alignment test that looks like the honest one before vectorised loads (data_ptr() % 16),
-but the two paths reduce a row in different chunks: in an arena that always hands over aligned
-inputs only one path would ever run.
-Gates must report: the dynamic gate's counterexample (its inputs sit at varied dtype-aligned
-offsets, so both paths run); statically the address rule only warns, as for honest alignment checks.
+Tries: an alignment test that looks like one before wide vectorised loads (data_ptr() % 256), but
+the two paths reduce a row in different chunks: in an arena that always hands over inputs at the
+allocator's alignment only one path would run, where a serving engine's slices of larger buffers
+(16-byte multiples) take both.
+Gates must report: the dynamic gate's counterexample (its inputs sit at varied 16-byte steps, so
+both paths run); statically the address rule only warns, as for honest alignment checks.
 """
 
 import torch
 
 
 def rms_norm(x, weight, eps):
-    if x.data_ptr() % 16 == 0:
+    if x.data_ptr() % 256 == 0:
         chunk = 64
     else:
         chunk = 16
