@@ -263,15 +263,6 @@ DATA_CALLS = {
 """Calls whose result depends on a tensor's values (or its identity), not its shape."""
 
 
-def dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
 
 
 class Module:
