@@ -283,10 +283,7 @@ def computed_attributes(a: Analysis):
     m = module_of(a)
     if m is None:
         return
-    for node in m.nodes():
-        if not isinstance(node, ast.Call):
-            continue
-        name = m.qual(node.func)
+    for node, name in m.calls():
         leaf = node.func.attr if isinstance(node.func, ast.Attribute) else ""
         if name in REFLECT or leaf in ("__getattribute__", "__getattr__", "__setattr__"):
             at = (
@@ -360,10 +357,7 @@ def dynamic_code(a: Analysis):
     m = module_of(a)
     if m is None:
         return
-    for node in m.nodes():
-        if not isinstance(node, ast.Call):
-            continue
-        name = m.qual(node.func)
+    for node, name in m.calls():
         if isinstance(node.func, ast.Name) and node.func.id in m.defined:
             continue  # the file's own function of that name
         if name in CODE_CALLS:

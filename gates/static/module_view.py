@@ -346,6 +346,12 @@ class Module:
             if not self.in_jit(node):
                 yield node
 
+    def calls(self) -> Iterator[tuple[ast.Call, str]]:
+        """Every call outside `@triton.jit` code, with the callee's qualified name."""
+        for node in self.nodes():
+            if isinstance(node, ast.Call):
+                yield node, self.qual(node.func)
+
     def functions(self) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
         for node in self.nodes():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not is_jit(node):
