@@ -114,6 +114,7 @@ class Driver:
         self.placement = random.Random(int.from_bytes(os.urandom(8), "little"))
         """Where each new slot starts in its buffer (`new_slot`): this runner's own stream, which
         the candidate cannot predict."""
+        self.alignments: list[int] = []
         self.entry = None
         self.previous: list[tuple[Any, Any]] = []
         self.prepared: timing.Prepared | None = None
@@ -245,28 +246,48 @@ class Driver:
             tensors.append((i, slot, view))
         return args, tensors
 
-    SLOT_SPREAD = 4096
-    """A new slot starts a random number of 16-byte steps into its own buffer, up to this many
-    bytes, rather than at the allocator's fixed alignment the same in every call: a kernel that
-    picks its reduction from `data_ptr()` (modulo 32, 64, ... 4096) meets every such address in an
-    audit. Never less than 16-byte aligned: Triton compiles a pointer divisible by 16 into another
-    kernel (wider loads, another reduction layout), which can change an honest kernel's bits, and
-    a serving engine's tensors (the caching allocator's, and its slices of them) are 16-byte
-    aligned. Measured on the H200: 1-byte-step offsets made 7 of 16 requests of the invariant
-    corpus set nondeterministic in the model check."""
-    SLOT_ALIGN = 16
+    SLOT_ALIGNMENTS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+    """The alignments a new slot's address takes, each in turn in a shuffled order of this
+    runner's own (`new_slot`): an address aligned to exactly 16 bytes, to exactly 32, ... and to
+    4096 or more. A kernel that picks its reduction from `data_ptr()` (modulo 32, 64, ... 4096)
+    meets both sides of its test within one round, rather than whatever a random offset happens
+    to give (a test of `% 256` missed one audit in four with random 16-byte steps). Never less
+    than 16-byte aligned: Triton compiles a pointer divisible by 16 into another kernel (wider
+    loads, another reduction layout), which can change an honest kernel's bits, and a serving
+    engine's tensors (the caching allocator's, and its slices of them) are 16-byte aligned.
+    Measured on the H200: 1-byte-step offsets made 7 of 16 requests of the invariant corpus set
+    nondeterministic in the model check."""
+
+    def next_alignment(self) -> int:
+        if not self.alignments:
+            self.alignments = list(self.SLOT_ALIGNMENTS)
+            self.placement.shuffle(self.alignments)
+        return self.alignments.pop()
 
     def new_slot(self, shape: list[int], dtype: Any) -> Any:
-        """A contiguous tensor of `shape` at a random dtype-aligned offset into a buffer of its own."""
+        """A contiguous tensor of `shape` in a buffer of its own, its address aligned to the next
+        of `SLOT_ALIGNMENTS` exactly (to 4096 at least for the last), at a random multiple of that
+        alignment into the buffer."""
         torch = self.torch
         n = 1
         for d in shape:
             n *= d
         itemsize = _itemsize(torch, dtype)
-        step = max(1, self.SLOT_ALIGN // itemsize)
-        shift = step * self.placement.randrange(max(1, self.SLOT_SPREAD // (step * itemsize))) if n else 0
-        base = torch.empty(n + shift, dtype=dtype, device=self.device)
-        return base[shift:].view(shape)
+        if not n:
+            return torch.empty(shape, dtype=dtype, device=self.device)
+        top = self.SLOT_ALIGNMENTS[-1]
+        align = self.next_alignment()
+        spare = (2 * top + align * 4) // itemsize
+        base = torch.empty(n + spare, dtype=dtype, device=self.device)
+        ptr = base.data_ptr()
+        if ptr % self.SLOT_ALIGNMENTS[0] or self.SLOT_ALIGNMENTS[0] % itemsize:
+            return base[:n].view(shape)  # an allocator below 16 bytes: its own alignment it is
+        # the first address past ptr that is a multiple of align but not of 2 * align (of top for the last)
+        period = align if align == top else 2 * align
+        target = (-ptr) % period if align == top else (align - ptr % period) % period
+        target += period * self.placement.randrange(2)
+        shift = target // itemsize
+        return base[shift:shift + n].view(shape)
 
     def call(self, message: dict) -> None:
         for slot in message.get("free", []):

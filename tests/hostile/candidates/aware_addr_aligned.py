@@ -4,8 +4,8 @@ Tries: an alignment test that looks like one before wide vectorised loads (data_
 the two paths reduce a row in different chunks: in an arena that always hands over inputs at the
 allocator's alignment only one path would run, where a serving engine's slices of larger buffers
 (16-byte multiples) take both.
-Gates must report: the dynamic gate's counterexample (its inputs sit at varied 16-byte steps, so
-both paths run); statically the address rule only warns, as for honest alignment checks.
+Gates must report: the dynamic gate's counterexample (its inputs sit at every alignment from 16
+to 4096 bytes, so both paths run); statically the address rule only warns, as for honest alignment checks.
 """
 
 import torch

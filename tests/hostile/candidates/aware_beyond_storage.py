@@ -2,7 +2,9 @@
 
 Tries: reads the batch size where no rule looks (the byte size of the input's storage) and rounds
 differently only above 512 rows, the largest batch the CPU sweep tries.
-Gates must report: the dynamic gate's counterexample in a batch drawn beyond the sweep.
+Gates must report: the dynamic gate's counterexample in a batch drawn beyond the sweep, or in
+the sweep's largest batch when the runner's spare room in the input's buffer (its placement at
+varied alignments) already counts past 512 rows there.
 """
 
 import torch
