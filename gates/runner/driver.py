@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from gates.runner import cage, device_memory, hooks, loader, timing, wire
+from gates.runner import cage, device_memory, hooks, loader, neutral, timing, wire
 
 CANDIDATE_NAME = "candidate.py"
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8",
@@ -207,7 +207,8 @@ class Driver:
         with open(path, "w") as f:
             f.write(message["code"])
         try:
-            _, self.entry = loader.candidate_entry(path, message["entry"])
+            _, entry = loader.candidate_entry(path, message["entry"])
+            self.entry = neutral.calling(entry)
             changes = loader.load_candidate(path).state_changes
             error = None
         except loader.CandidateError as exc:
@@ -665,7 +666,7 @@ def main() -> None:
         hooks.install(recorder, workdir=cfg["workdir"], writable=cfg["writable"], hidden=cfg["hide"],
                       keep=cfg["keep"],
                       reference_dirs=cfg["reference_dirs"],
-                      candidate_dir=os.path.join(cfg["workdir"], "candidate"))
+                      candidate_dir=os.path.join(cfg["workdir"], "candidate"), neutral_code=neutral.CODE)
         _forget_hidden_paths(cfg["hide"], cfg["keep"])
     except BaseException as exc:  # noqa: BLE001
         wire.send(sock, {"op": "boot-error", "error": loader.describe_exception(exc)})

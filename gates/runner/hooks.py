@@ -4,16 +4,20 @@ Installed before the candidate is loaded, it refuses what a candidate must not d
 and records each attempt as a finding the judge passes on: sockets and name lookups (SB001),
 processes (SB002), files outside the work directory or inside the project (SB003, AC003 for
 the task's reference), ctypes (which would step around this hook), gc walks and new audit
-hooks from candidate code (SB008).
+hooks from candidate code (SB008), and frames taken by candidate code (SB008: `sys._getframe`,
+`inspect`'s and `traceback`'s stacks, a traceback's or a generator's frame, trace and profile
+functions), through which it could tell the judge's callers from a serving engine's.
 Python cannot make an in-process hook tamper-proof; the cage is what holds when it is beaten.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import sysconfig
 import threading
+import traceback
 
 _NETWORK = {"socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
             "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo"}
@@ -23,7 +27,10 @@ _PATHS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chow
           "os.link", "os.truncate", "shutil.rmtree", "shutil.copyfile", "shutil.move", "os.utime"}
 _LISTING = {"os.listdir", "os.scandir", "glob.glob"}
 _INTROSPECTION = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.addaudithook"}
-_WATCHED = _NETWORK | _PROCESS | _PATHS | _LISTING | _INTROSPECTION | {"open"}
+_FRAMES = {"sys._getframe", "sys._getframemodulename", "sys._current_frames", "sys.settrace",
+           "sys.setprofile", "sys.monitoring.register_callback"}
+_FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
+_WATCHED = _NETWORK | _PROCESS | _PATHS | _LISTING | _INTROSPECTION | _FRAMES | {"open", "object.__getattr__"}
 MAX_EVENTS = 20
 
 
@@ -54,7 +61,7 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
 
 
 def install(recorder: Recorder, *, workdir: str, writable: list[str], hidden: list[str], keep: list[str],
-            reference_dirs: list[str], candidate_dir: str) -> None:
+            reference_dirs: list[str], candidate_dir: str, neutral_code: object = None) -> None:
     """Install the hook. Its state is bound into the closure now; nothing it uses is looked up
     later in a module the candidate could patch."""
     stdlib = sysconfig.get_paths()["stdlib"]
@@ -68,20 +75,47 @@ def install(recorder: Recorder, *, workdir: str, writable: list[str], hidden: li
     own = f"/proc/{os.getpid()}/"
     getframe, realpath, fspath, local = sys._getframe, os.path.realpath, os.fspath, threading.local()
     add = recorder.add
+    # Stdlib modules whose functions hand the frames they take to their caller.
+    handing = {inspect.__file__, traceback.__file__}
+    verdicts: dict[object, bool | None] = {}
+
+    def untrusted_code(code: object) -> bool | None:
+        """True for the candidate's code (or code with no file, which only the candidate makes
+        here), False for trusted code, None for the standard library's (look further out)."""
+        if code in verdicts:
+            return verdicts[code]
+        name = code.co_filename  # type: ignore[attr-defined]
+        if code is neutral_code:
+            verdict: bool | None = False
+        elif name.startswith(stdlib) and "site-packages" not in name:
+            verdict = None
+        elif name.startswith("<"):
+            verdict = True
+        else:
+            real = realpath(name)
+            verdict = real.startswith(candidate_root) or not _under(real, trusted)
+        verdicts[code] = verdict
+        return verdict
 
     def caller_untrusted() -> bool:
-        """Whether the innermost frame outside the standard library is the candidate's (or code
-        with no file, which only the candidate makes here)."""
+        """Whether the innermost frame outside the standard library is the candidate's."""
         frame = getframe(2)
         while frame is not None:
-            name = frame.f_code.co_filename
-            if not name.startswith(stdlib) or "site-packages" in name:
-                if name.startswith("<"):
-                    return True
-                real = realpath(name)
-                return real.startswith(candidate_root) or not _under(real, trusted)
+            verdict = untrusted_code(frame.f_code)
+            if verdict is not None:
+                return verdict
             frame = frame.f_back
         return False
+
+    def frame_taker_untrusted() -> bool:
+        """Whether the code that takes a frame is the candidate's, directly or through `inspect`
+        or `traceback`. The standard library's own uses (`collections.namedtuple`, `enum`,
+        `typing`, `logging` looking up their caller's module) and torch's and Triton's keep
+        theirs: they do not hand the judge's frames to the candidate."""
+        frame = getframe(2)
+        while frame is not None and frame.f_code.co_filename in handing:
+            frame = frame.f_back
+        return frame is not None and bool(untrusted_code(frame.f_code))
 
     def path_of(arg: object) -> str | None:
         try:
@@ -113,6 +147,12 @@ def install(recorder: Recorder, *, workdir: str, writable: list[str], hidden: li
             elif event in _PROCESS:
                 if caller_untrusted():
                     problem = "SB002", f"starting or signalling processes is not allowed ({event})"
+            elif event in _FRAMES or (event == "object.__getattr__" and len(args) > 1 and
+                                      args[1] in _FRAME_ATTRIBUTES):
+                if frame_taker_untrusted():
+                    what = event if event in _FRAMES else f"the {args[1]} attribute"
+                    problem = "SB008", f"the candidate looked at the call stack ({what}), which " \
+                                       "evaluations refuse"
             elif event in _INTROSPECTION or event.startswith("ctypes."):
                 if caller_untrusted():
                     problem = "SB008", f"the candidate called {event}, which evaluations refuse"
