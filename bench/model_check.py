@@ -1,6 +1,8 @@
 """The model check's figures: per kernel set, requests whose logprobs / tokens differ between alone
 and continuously batched serving, the finder's first divergent op, batched tokens/s, and the wall
-time of the set's whole check (both schedules twice, the finder included).
+time of the set's whole check (both schedules twice, the finder included); with --serving, each
+set's batched tokens/s with its kernels in a caged serving process (column "served": the
+end-to-end batch-invariance tax, without the check's cage crossing per op call).
 
     python bench/model_check.py --config tiny-llama --device cpu --set eager --set corpus
     python bench/model_check.py --config llama-h200 --device cuda --set eager --set compiled \\
@@ -28,27 +30,33 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--gate-shapes", action="store_true")
+    parser.add_argument("--serving", action="store_true", help="also time each set in a serving process")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows, reports = [], []
     for spec in args.sets or ["eager", "corpus"]:
         start = time.perf_counter()
         report = check_sets([spec], args.config, requests=args.requests, new_tokens=args.new_tokens,
-                            device=args.device, gate_shapes=args.gate_shapes)
+                            device=args.device, gate_shapes=args.gate_shapes,
+                            serving=args.serving)
         seconds = time.perf_counter() - start
         s = report.sets[0]
         first = next((c.divergence.describe() for c in s.requests if c.divergence is not None), "-")
+        served = s.serving.tokens_per_s if s.serving and not s.serving.error else float("nan")
+        if s.serving and (s.serving.error or s.serving.tokens_match is False):
+            print(f"{s.name}: serving process: {s.serving.error or 'tokens NOT as in the check'}", flush=True)
         rows.append((s.name, s.differing, s.tokens_differing, s.nondeterministic, s.batched_tokens_per_s,
-                     seconds, s.error or first))
+                     served, seconds, s.error or first))
         reports.append({**report.model_dump(mode="json"), "seconds": seconds})
         print(f"{s.name}: logprobs differ {s.differing}/{report.requests}, tokens differ "
               f"{s.tokens_differing}/{report.requests}, nondeterministic {s.nondeterministic}, "
               f"{s.batched_tokens_per_s:.0f} tokens/s batched, {seconds:.1f} s; first: {s.error or first}",
               flush=True)
     print(f"\n{report.model} on {args.device}, {args.requests} requests x {args.new_tokens} tokens")
-    print(f"{'set':<24}{'logprobs':>9}{'tokens':>8}{'nondet':>7}{'tok/s':>9}{'s':>7}  first divergence")
-    for name, d, t, n, tps, sec, first in rows:
-        print(f"{name:<24}{d:>9}{t:>8}{n:>7}{tps:>9.0f}{sec:>7.1f}  {first[:150]}")
+    print(f"{'set':<24}{'logprobs':>9}{'tokens':>8}{'nondet':>7}{'tok/s':>9}{'served':>9}{'s':>7}  "
+          f"first divergence")
+    for name, d, t, n, tps, served, sec, first in rows:
+        print(f"{name:<24}{d:>9}{t:>8}{n:>7}{tps:>9.0f}{served:>9.0f}{sec:>7.1f}  {first[:150]}")
     if args.json:
         args.json.write_text(json.dumps(reports, indent=1) + "\n")
     return 0

@@ -46,6 +46,9 @@ def model_check(
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when a GPU is visible)."),
     gate_shapes: bool = typer.Option(False, "--gate-shapes", help="Also run the dynamic gate on each kernel "
                                      "at the shapes the model called it with."),
+    serving: bool = typer.Option(False, "--serving", help="Also time each set with its kernels in a caged "
+                                 "serving process of their own (the end-to-end batch-invariance tax); the "
+                                 "check's tokens/s include the cage's crossing per op call."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     plot: Path = typer.Option(None, "--plot", metavar="PNG", help="Write a plot of what differed."),
 ) -> None:
@@ -59,7 +62,7 @@ def model_check(
     device = _device(device)
     try:
         report = check_sets(sets or DEFAULT_SETS, config, requests=requests, new_tokens=new_tokens, seed=seed,
-                            device=device, gate_shapes=gate_shapes,
+                            device=device, gate_shapes=gate_shapes, serving=serving,
                             progress=None if as_json else lambda s: errors.print(escape(s)))
     except ModelInputError as exc:
         _fail(str(exc))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import torch
-from pydantic import BaseModel, computed_field
+from pydantic import BaseModel, Field, computed_field
 from rich.table import Table
 
 from agentloop.model.config import ModelConfig, ModelInputError
@@ -28,6 +28,7 @@ from agentloop.model.schedule import (
     make_requests,
     run_plan,
 )
+from agentloop.model.serving import ServingSpeed
 from agentloop.model.shapes import OpGate, OpShapes
 from agentloop.model.weights import ModelWeights
 
@@ -73,6 +74,11 @@ class SetReport(BaseModel):
     """The shapes the model called each op at (batch sizes per distinct non-batch dims)."""
     op_gates: list[OpGate] = []
     """The dynamic gate on each kernel at those shapes (`--gate-shapes`)."""
+    serving: ServingSpeed | None = None
+    """Tokens/s with the kernels in a serving process of their own (`--serving`), the
+    end-to-end batch-invariance tax beside the torch sets."""
+    batched_tokens: dict[int, list[int]] = Field(default_factory=dict, exclude=True)
+    """Each reported request's tokens in the timed batched run (what `serving` is checked against)."""
 
     @computed_field
     @property
@@ -159,6 +165,7 @@ def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weig
                 runs[schedule].append(results)
                 if schedule == "batched" and run == 1:
                     seconds = took
+                    report.batched_tokens = {r.id: list(results[r.id].tokens) for r in reported}
         report.requests = [_compare(r, runs["alone"], runs["batched"]) for r in reported]
         differing = [c.request for c in report.requests if not (c.tokens_equal and c.logprobs_equal)]
         if differing:
@@ -207,16 +214,28 @@ def exit_status(report: ModelCheckReport) -> int:
     return 0 if report.reproducible else 1
 
 
+def _served(s: SetReport) -> str:
+    if s.serving is None:
+        return "-"
+    if s.serving.error:
+        return "[red]failed[/red]"
+    mark = "" if s.serving.tokens_match is not False else " [red](tokens differ)[/red]"
+    return f"{s.serving.tokens_per_s:.1f}{mark}"
+
+
 def render_table(report: ModelCheckReport) -> Table:
     """One row per kernel set: how many requests differ, and where the first one diverged."""
     table = Table(title=f"model check: {report.model}; {report.requests} requests x "
                         f"{report.new_tokens} tokens on {report.device}")
-    for column in ("kernel set", "differ (in tokens)", "nondeterministic", "batches", "tokens/s",
-                   "first divergence"):
-        table.add_column(column, justify="right" if column in ("tokens/s", "batches") else "left")
+    served = any(s.serving is not None for s in report.sets)
+    columns = ["kernel set", "differ (in tokens)", "nondeterministic", "batches", "tokens/s"] + \
+        (["served tokens/s"] if served else []) + ["first divergence"]
+    for column in columns:
+        table.add_column(column, justify="right" if "tokens/s" in column or column == "batches" else "left")
     for s in report.sets:
         if s.error:
-            table.add_row(s.name, "-", "-", "-", "-", f"[red]failed: {s.error}[/red]")
+            table.add_row(s.name, "-", "-", "-", "-", *(["-"] if served else []),
+                          f"[red]failed: {s.error}[/red]")
             continue
         first = next((c for c in s.requests if c.divergence is not None), None)
         where = f"request {first.request}: {first.divergence.describe()}" if first else (
@@ -224,5 +243,5 @@ def render_table(report: ModelCheckReport) -> Table:
         style = "green" if s.reproducible else "red"
         table.add_row(s.name, f"[{style}]{s.differing}/{len(s.requests)} ({s.tokens_differing})[/{style}]",
                       str(s.nondeterministic), f"{s.batched_steps} (max {s.max_batch})",
-                      f"{s.batched_tokens_per_s:.1f}", where)
+                      f"{s.batched_tokens_per_s:.1f}", *([_served(s)] if served else []), where)
     return table

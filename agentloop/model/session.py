@@ -5,32 +5,24 @@ shapes each op was called at logged and, when asked, the dynamic gate run at the
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from agentloop.model.caged import CagedSet
 from agentloop.model.check import ModelCheckReport, SetReport, check_model
-from agentloop.model.config import ModelInputError, load_config
+from agentloop.model.config import ModelConfig, ModelInputError
 from agentloop.model.decoder import required_ops
-from agentloop.model.set_spec import parse_set
+from agentloop.model.schedule import make_requests
+from agentloop.model.serving import ServingSpeed, measure_serving
+from agentloop.model.set_spec import KernelSetChoice, parse_set
 from agentloop.model.shapes import ShapeLog, gate_at_model_shapes
-from agentloop.model.weights import load_weights, seeded_weights
-
-
-def load_model(config: str, device: str, seed: int):
-    """(config, weights): a directory with *.safetensors loads real weights; a config file or a
-    bundled name gets weights drawn from `seed`."""
-    path = Path(config)
-    if path.is_dir() and any(path.glob("*.safetensors")):
-        return load_weights(path, device)
-    cfg = load_config(config)
-    return cfg, seeded_weights(cfg, seed, device)
+from agentloop.model.weights import load_model
 
 
 def check_sets(specs: list[str], config: str, *, requests: int = 16, new_tokens: int = 32, seed: int = 0,
-               device: str = "cpu", gate_shapes: bool = False,
+               device: str = "cpu", gate_shapes: bool = False, serving: bool = False,
                progress: Callable[[str], None] | None = None) -> ModelCheckReport:
     """Check every set in turn (its runners live only while it is checked); ModelInputError (one
-    line) for a config, weights or set that cannot be used — every set is resolved before any runs."""
+    line) for a config, weights or set that cannot be used — every set is resolved before any runs.
+    `serving`: also time each set with its kernels in a serving process (`serving.py`)."""
     cfg, weights = load_model(config, device, seed)
     tasks = required_ops(cfg)
     choices = [parse_set(spec, tasks, device) for spec in specs]
@@ -54,9 +46,28 @@ def check_sets(specs: list[str], config: str, *, requests: int = 16, new_tokens:
             say(f"model check: the dynamic gate on {len(codes)} kernels of {choice.name} at the model's "
                 f"shapes")
             got.op_gates = gate_at_model_shapes(codes, got.shapes, device)
+        if serving and not got.error:
+            say(f"model check: {choice.name} served with its kernels in a caged serving process")
+            got.serving = _serve(choice, tasks, config, cfg, requests, new_tokens, seed, device,
+                                 got.batched_tokens)
         sets.append(got)
     assert report is not None
     return report.model_copy(update={"sets": sets})
+
+
+TORCH_KINDS = ("eager", "compiled", "reference")
+
+
+def _serve(choice: KernelSetChoice, tasks: list[str], config: str, cfg: ModelConfig, requests: int,
+           new_tokens: int, seed: int, device: str, expected: dict[int, list[int]]) -> ServingSpeed:
+    kernels = {t: k.code for t, k in choice.kernels.items()
+               if t in tasks and k.kind not in TORCH_KINDS and k.code}
+    if any(k.kind == "entry" for k in choice.kernels.values()):
+        return ServingSpeed(error="library entries are timed only behind the cage (not in a serving process)")
+    torch_set = next((choice.choice(t).kind for t in tasks if choice.choice(t).kind in TORCH_KINDS), "eager")
+    reqs = make_requests(cfg, requests, new_tokens, seed)
+    return measure_serving(torch_set, kernels, config, seed=seed, requests=reqs, plan_seed=seed,
+                           device=device, vocab=cfg.vocab_size, expected=expected)
 
 
 def render_details(report: ModelCheckReport) -> list[str]:
@@ -69,6 +80,13 @@ def render_details(report: ModelCheckReport) -> list[str]:
         for c in s.requests:
             if c.divergence is not None:
                 lines.append(f"  request {c.request} first differs at {c.divergence.describe()}")
+        if s.serving is not None:
+            sv = s.serving
+            same = {True: "as in the check", False: "NOT as in the check", None: "not compared"}
+            same = same[sv.tokens_match]
+            lines.append(f"  serving process: {sv.error}" if sv.error else
+                         f"  serving process: {sv.tokens_per_s:.0f} tokens/s batched ({sv.tokens} tokens in "
+                         f"{sv.seconds:.2f} s); tokens {same}")
         for f in s.sandbox_findings:
             lines.append(f"  sandbox: {f}")
         for g in s.op_gates:

@@ -166,3 +166,13 @@ def load_weights(directory: str | Path, device: str = "cpu") -> tuple[ModelConfi
             raise ModelInputError(f"{f}: not a readable safetensors file ({exc}); "
                                   f"re-download or re-save it") from None
     return config, from_state_dict(config, tensors, str(directory), device)
+
+
+def load_model(config: str, device: str, seed: int) -> tuple[ModelConfig, ModelWeights]:
+    """(config, weights): a directory with *.safetensors loads real weights; a config file or a
+    bundled name gets weights drawn from `seed`."""
+    path = Path(config)
+    if path.is_dir() and any(path.glob("*.safetensors")):
+        return load_weights(path, device)
+    cfg = load_config(config)
+    return cfg, seeded_weights(cfg, seed, device)

@@ -1,0 +1,161 @@
+"""The end-to-end batch-invariance tax: a kernel set's tokens per second under continuous batching
+with its kernels in the serving process, as an engine would run them — not behind the model
+check's cage, whose crossing per op call (about 1.3 ms on the H200) is all its figure shows.
+
+The serving process is a child of its own, never the judge's: `python -I` with a runner's
+environment (no secrets). It imports torch, Triton and the decoder and draws the model's weights
+first (trusted code only), then enters the runner's cage (`gates.runner.cage`: the project,
+homes and temporary folders hidden, no network, limits), and only then imports the set's kernel
+files from its work directory. It serves a warm-up batch of other prompts, says "ready", and on
+"go" serves the check's requests, whose prompts it has not seen before, and sends back their
+tokens. The parent times from "go" to that answer itself and compares the tokens with those
+the caged check produced for the same schedule: no figure of the child's own is believed, and
+a run whose tokens differ is reported as such rather than as a speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+
+from pydantic import BaseModel
+
+from agentloop.model.schedule import Request
+
+WARM_SEED_OFFSET = 7919
+"""The warm-up's prompts are drawn from seed + this: the same shapes' kernels compile, but the
+measured requests' prompts reach the child only with "go"."""
+BOOT = "from agentloop.model.serving import child_main; child_main()"
+
+
+class ServingSpeed(BaseModel):
+    tokens_per_s: float = 0.0
+    seconds: float = 0.0
+    tokens: int = 0
+    tokens_match: bool | None = None
+    """The child's tokens equal the caged check's batched tokens (None: none to compare)."""
+    error: str = ""
+
+
+def measure_serving(torch_set: str | None, kernels: Mapping[str, str], config: str, *, seed: int,
+                    requests: list[Request], plan_seed: int, device: str, vocab: int,
+                    expected: Mapping[int, list[int]] | None = None, timeout: float = 600.0) -> ServingSpeed:
+    """Serve `requests` once continuously batched in a caged child and time it. The ops: the
+    torch set `torch_set` ("eager", "compiled", "reference"; None: eager) for every task not in
+    `kernels` (task -> kernel source)."""
+    from gates.judge.environment import runner_environ
+    from gates.judge.runner_process import destroy, hidden_paths, keep_paths, next_uid
+    from gates.runner import wire
+
+    workdir = tempfile.mkdtemp(prefix="serving-")
+    os.chmod(workdir, 0o700)
+    os.makedirs(os.path.join(workdir, "kernels"))
+    for task, code in kernels.items():
+        with open(os.path.join(workdir, "kernels", f"{task}.py"), "w") as f:
+            f.write(code)
+    uid = next_uid() if os.geteuid() == 0 else -1
+    cfg = {"config": os.path.abspath(config) if os.path.exists(config) else config, "seed": seed,
+           "device": "cpu" if device == "cpu" else "cuda", "torch_set": torch_set or "eager",
+           "kernels": sorted(kernels), "workdir": workdir, "uid": uid,
+           "hide": hidden_paths([]), "keep": keep_paths(), "plan_seed": plan_seed,
+           "sys_path": [os.path.abspath(p) if p in ("", ".") else p for p in sys.path]}
+    parent, child = socket.socketpair()
+    env = runner_environ(os.environ, workdir, device)
+    marker = f"{os.getpid()}-{os.urandom(8).hex()}"
+    env["AGENTLOOP_RUNNER"] = marker
+    log_path = os.path.join(workdir, "serving.log")
+    with open(log_path, "wb") as log:
+        argv = [sys.executable, "-I", "-B", "-c", BOOT, str(child.fileno()), json.dumps(cfg)]
+        proc = subprocess.Popen(argv, pass_fds=(child.fileno(),), cwd=workdir, env=env,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    child.close()
+    parent.settimeout(timeout)
+    try:
+        warm = [r.model_copy(update={"prompt": [(t + WARM_SEED_OFFSET) % vocab for t in r.prompt]})
+                for r in requests]
+        wire.send(parent, {"op": "warm", "requests": [r.model_dump() for r in warm]})
+        ready = wire.recv(parent)[0]
+        if ready.get("op") != "ready":
+            return ServingSpeed(error=f"the serving process failed: {str(ready.get('error'))[:300]}")
+        start = time.perf_counter()
+        wire.send(parent, {"op": "go", "requests": [r.model_dump() for r in requests]})
+        done = wire.recv(parent)[0]
+        seconds = time.perf_counter() - start
+        if done.get("op") != "done":
+            return ServingSpeed(error=f"the serving process failed: {str(done.get('error'))[:300]}")
+        got = {int(k): [int(t) for t in v] for k, v in dict(done.get("tokens", {})).items()}
+        tokens = sum(r.new_tokens for r in requests)
+        match = None if expected is None else all(got.get(i) == list(t) for i, t in expected.items())
+        return ServingSpeed(tokens_per_s=tokens / seconds if seconds > 0 else 0.0, seconds=seconds,
+                            tokens=tokens, tokens_match=match)
+    except (OSError, wire.WireError, ValueError, TypeError) as exc:
+        try:
+            with open(log_path, "rb") as f:
+                lines = f.read()[-4096:].decode(errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
+        tail = f"; its last line: {lines[-1][:300]}" if lines else ""
+        return ServingSpeed(error=f"the serving process failed ({type(exc).__name__}: {exc}){tail}")
+    finally:
+        destroy(proc, parent, workdir, uid, marker)
+
+
+def child_main() -> None:
+    """The serving process (see the module's text)."""
+    fd, cfg = int(sys.argv[1]), json.loads(sys.argv[2])
+    sys.path[:] = cfg["sys_path"]
+    sock = socket.socket(fileno=fd)
+    from gates.runner import wire
+
+    try:
+        import torch
+        import triton  # noqa: F401 - imported before the cage, as a runner does
+
+        from agentloop.model.decoder import Decoder, required_ops
+        from agentloop.model.kernel_sets import compiled_ops, eager_ops, reference_ops
+        from agentloop.model.schedule import batched_plan, run_plan
+        from agentloop.model.weights import load_model
+        from gates.runner import cage, loader
+
+        device = cfg["device"]
+        config, weights = load_model(cfg["config"], device, cfg["seed"])
+        tasks = tuple(required_ops(config))
+        base = {"eager": lambda: eager_ops(device, tasks), "compiled": lambda: compiled_ops(tasks),
+                "reference": lambda: reference_ops(tasks)}[cfg["torch_set"]]()
+        from gates.contract import get_task
+
+        entries = {task: get_task(task).entry for task in cfg["kernels"]}
+        cage.enter(cfg["workdir"], uid=cfg["uid"], hide=cfg["hide"], keep=cfg["keep"], memory_bytes=None,
+                   cpu_seconds=3600, processes=512, file_bytes=1 << 30, open_files=1024)
+        os.chdir(cfg["workdir"])
+        ops = dict(base)
+        for task, entry in entries.items():
+            ops[task] = loader.candidate_entry(os.path.join("kernels", f"{task}.py"), entry)[1]
+
+        def serve(message: dict) -> dict:
+            reqs = [Request(**r) for r in message["requests"]]
+            results, _ = run_plan(Decoder(config, weights, ops), reqs, batched_plan(reqs, cfg["plan_seed"]),
+                                  device)
+            if device != "cpu":
+                torch.cuda.synchronize()
+            return {str(i): r.tokens for i, r in results.items()}
+
+        message = wire.recv(sock)[0]
+        serve(message)
+        wire.send(sock, {"op": "ready"})
+        message = wire.recv(sock)[0]
+        wire.send(sock, {"op": "done", "tokens": serve(message)})
+    except BaseException as exc:  # noqa: BLE001 - one line back to the parent
+        from gates.runner.loader import describe_exception
+
+        try:
+            wire.send(sock, {"op": "error", "error": describe_exception(exc)})
+        except OSError:
+            pass
