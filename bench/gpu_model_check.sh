@@ -10,10 +10,16 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
 export PYTHONPATH=/tmp/site:$PWD
 R=runs/records/refine-h200
-SETS="--set eager --set compiled --set corpus --set baseline=run:$R:baseline --set bi-aware=run:$R:bi-aware"
+# SETS: names of the sets to check (default all five); every set also served in a serving process.
+declare -A SPEC=([eager]=eager [compiled]=compiled [corpus]=corpus [baseline]="baseline=run:$R:baseline"
+                 [bi-aware]="bi-aware=run:$R:bi-aware")
 for config in ${CONFIGS:-llama-h200 moe-h200}; do
-  timeout "${LIMIT:-240}" python3 bench/model_check.py --config "$config" --device cuda $SETS \
-    --json "$OUT/$config.json" 2>&1 | tee "$OUT/$config.log"
+  for name in ${SETS:-eager compiled corpus baseline bi-aware}; do
+    timeout "${LIMIT:-240}" python3 bench/model_check.py --config "$config" --device cuda --serving \
+      --set "${SPEC[$name]}" --json "$OUT/$config-$name.json" 2>&1 | tee "$OUT/$config-$name.log"
+  done
 done
-timeout 240 python3 -m pytest -q -s -p no:cacheprovider tests/test_transformers_export.py -k gpu 2>&1 \
-  | tee "$OUT/transformers.log"
+if [ -z "${NO_TRANSFORMERS:-}" ]; then
+  timeout 240 python3 -m pytest -q -s -p no:cacheprovider tests/test_transformers_export.py -k gpu 2>&1 \
+    | tee "$OUT/transformers.log"
+fi

@@ -18,6 +18,8 @@ pytest==9.2.0 pytest-timeout==2.4.0 pytest-xdist==3.8.0 execnet==2.1.2 iniconfig
 PKGS="$PKGS liger-kernel==0.8.5 flag-gems==5.0.2 fla-core==0.6.0 einops==0.8.2 sqlalchemy==2.0.48"
 # The model check's real weights and the transformers Llama under an exported set (agentloop[models]).
 PKGS="$PKGS safetensors==0.8.0 transformers==5.24.0 huggingface-hub==2.4.0 tokenizers==0.23.3 regex==2026.11.19 tqdm==4.70.1 filelock==4.3.1 fsspec==2026.9.0 hf-xet==1.8.0 click==8.5.1"
+# The openevolve style (agentloop[openevolve]) for the four-style campaign.
+PKGS="$PKGS openevolve==0.4.1 cloudpickle==3.1.3 dacite==1.9.2 flask==3.1.3 werkzeug==3.1.9 itsdangerous==2.2.0 blinker==1.9.0"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl $PKGS
