@@ -6,13 +6,25 @@ rms_norm on the CPU, with the replay provider through the loopback endpoint.
   the exchanges, and summary.json has their cells;
 - a hostile candidate that OpenEvolve gets from its model is contained as in every style: judged
   in the caged worker pool, its marker file never written, no key in any verdict or artifact;
-- the evaluator's metrics and artifacts (the feedback our styles show their LLM)."""
+- the evaluator's metrics and artifacts (the feedback our styles show their LLM), which names no
+  candidate number (OpenEvolve's programs have none of ours);
+- Ctrl-C: a real `agentloop run` gets SIGINT once the openevolve loop's first candidate is in
+  results.sqlite, exits 130 within 2 s leaving no OpenEvolve process nor its endpoint, and
+  `--resume` continues OpenEvolve from its checkpoint to the budget, no candidate lost or doubled;
+- OpenEvolve's own failure ends its loop with the reason while the campaign's other loop goes on."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +33,7 @@ import yaml
 pytest.importorskip("openevolve")
 
 from agentloop.campaign import file as campaign_file  # noqa: E402
-from agentloop.frameworks.openevolve_evaluator import Gates  # noqa: E402
+from agentloop.frameworks.openevolve_evaluator import FEEDBACK_HEADING, Gates  # noqa: E402
 from agentloop.loop.styles import OpenEvolveSettings  # noqa: E402
 from agentloop.providers import Completion  # noqa: E402
 from agentloop.results.store import Store  # noqa: E402
@@ -29,6 +41,7 @@ from agentloop.results.store import Store  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ROOT / "tests" / "hostile" / "candidates"
 MARKER = Path("/tmp/agentloop-hostile-os_write_tmp")
+DRIVER = "agentloop.frameworks.openevolve_run"
 
 
 @pytest.fixture
@@ -65,7 +78,17 @@ def test_the_frameworks_campaign_runs_every_style_offline(tmp_path, campaign_wit
     assert set(cells) == {(s, m) for s in raw["styles"] for m in raw["modes"]}
     for mode in raw["modes"]:
         assert {"bi_pass_rate", "geomean_speedup"} <= set(cells[("openevolve", mode)])
-    assert (out / "openevolve").is_dir()
+    # The feedback OpenEvolve got back for each of its programs (its trace keeps their artifacts)
+    # names no candidate number: the same text for every program would say "candidate 1".
+    feedbacks = [json.loads(line)["artifacts"]["feedback"]
+                 for trace in (out / "openevolve").glob("*/evolution_trace.jsonl")
+                 for line in trace.read_text().splitlines()]
+    programs = [r for m in raw["modes"] for r in store.candidates(f"openevolve/{m}/replay", "rms_norm")
+                if r["code"]]
+    assert feedbacks and len(feedbacks) == len(programs)
+    for text in feedbacks:
+        assert text.startswith(FEEDBACK_HEADING + "\n") and not re.search(r"candidate \d", text), text
+    _no_openevolve_left()
 
 
 def test_a_hostile_candidate_from_openevolve_is_contained(tmp_path, monkeypatch):
@@ -134,7 +157,8 @@ def test_the_evaluator_scores_and_feeds_back_like_the_styles(tmp_path):
     full = gates.evaluate(str(path))  # the reference itself: anti-cheat rejects it
     assert full.metrics["combined_score"] == 0.0 and full.metrics["correct"] == 0.0
     assert full.artifacts["rejected_by"] == "correctness"
-    assert full.artifacts["feedback"].startswith("## Feedback on candidate")
+    assert full.artifacts["feedback"].startswith(FEEDBACK_HEADING + "\nRejected by the correctness stage.")
+    assert not re.search(r"candidate \d", full.artifacts["feedback"])  # no number of a loop's
     assert "AC003" in full.artifacts["feedback"]
 
 
@@ -158,3 +182,202 @@ def test_without_the_extra_the_style_says_how_to_install_it(monkeypatch):
                                           "pip install 'agentloop[openevolve]'")
     with pytest.raises(RuntimeError, match=r"pip install 'agentloop\[openevolve\]'"):
         openevolve.OpenEvolveStyle()
+
+
+def _children(pid: int) -> list[int]:
+    """Child processes started by any of its threads (the style starts OpenEvolve from a loop's)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        for c in _children(todo.pop()):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _no_openevolve_left(job: Path | None = None, within_s: float = 20.0) -> None:
+    """No OpenEvolve driver (or worker, a fork of it) is left: of this process's runs, or of the
+    job's, whoever started it."""
+
+    def drivers() -> list[int]:
+        pids = _descendants(os.getpid()) if job is None else \
+            [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
+        return [p for p in pids if DRIVER in _cmdline(p) and (job is None or str(job) in _cmdline(p))]
+
+    deadline = time.monotonic() + within_s
+    while True:
+        left = drivers()
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not left, [_cmdline(p) for p in left]
+
+
+def _candidates(db: Path) -> list[tuple]:
+    if not db.is_file():
+        return []
+    try:
+        with sqlite3.connect(db, timeout=5) as conn:
+            return conn.execute("SELECT cell, iteration, id, status, code FROM candidates").fetchall()
+    except sqlite3.OperationalError:  # the table is not created yet
+        return []
+
+
+@pytest.mark.timeout(400)
+def test_sigint_stops_an_openevolve_loop_and_resume_finishes_it(tmp_path):
+    from procs import parent, state
+
+    from agentloop.loop.styles.openevolve import JOURNAL_FILE, read_journal
+    from agentloop.providers.extract import extract_code
+
+    campaign = tmp_path / "campaign.yaml"
+    campaign.write_text(yaml.safe_dump({
+        "name": "stop-openevolve", "tasks": ["rms_norm"], "styles": ["openevolve"], "modes": ["bi-aware"],
+        "model": "replay", "budget": {"iterations": 2}, "device": "cpu", "seed": 0,
+        "openevolve": {"islands": 1},
+        "eval": {"stage_timeout_s": {"compile": 60, "dynamic": 120, "correctness": 120, "benchmark": 120}}}))
+    out, db = tmp_path / "run", tmp_path / "run" / "results.sqlite"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+
+    def start(args: list[str], log: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "agentloop.cli", *args], env=env, stdout=log.open("w"),
+                                stderr=subprocess.STDOUT)
+
+    first = tmp_path / "first.log"
+    proc = start(["run", str(campaign), "--out", str(out)], first)
+    below: set[int] = set()
+    deadline = time.monotonic() + 300
+    while not _candidates(db):  # OpenEvolve's first iteration is in the store: stop it now
+        assert proc.poll() is None, first.read_text()
+        assert time.monotonic() < deadline, first.read_text()
+        below |= _descendants(proc.pid)
+        time.sleep(0.1)
+    below |= _descendants(proc.pid)
+    drivers = [p for p in below if DRIVER in _cmdline(p) and state(p) != "Z" and parent(p) == proc.pid]
+    assert len(drivers) == 1, "OpenEvolve was not running when its loop's first candidate was recorded"
+    assert _descendants(drivers[0]), "OpenEvolve's worker process"
+    work = next((out / "openevolve").iterdir())
+    port = int(re.search(r"OpenEvolve's endpoint is http://127\.0\.0\.1:(\d+)/v1",
+                         (work / "openevolve.log").read_text()).group(1))
+
+    began = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    seconds = time.monotonic() - began
+    output = first.read_text()
+    assert code == 130, output  # as every style's run
+    assert seconds < 2.0, f"stopped {seconds:.2f} s after SIGINT"
+    assert "stopped by SIGINT" in output and "Traceback" not in output, output
+    assert f"continue with: agentloop run --resume --out {out}" in output
+    # Nothing is left: no OpenEvolve driver, worker or campaign worker, and no endpoint on its port.
+    gone_by = time.monotonic() + 5
+    while any(state(p) != "Z" for p in below) and time.monotonic() < gone_by:
+        time.sleep(0.1)
+    assert not [(p, _cmdline(p)) for p in below if state(p) != "Z"]
+    with socket.socket() as s, pytest.raises(ConnectionRefusedError):
+        s.connect(("127.0.0.1", port))
+    kept = _candidates(db)
+    assert kept and f"{len(kept)} candidates recorded" in output
+    made = {r.get("iteration") for r in read_journal(work / JOURNAL_FILE)}
+
+    second = tmp_path / "second.log"
+    resumed = start(["run", "--resume", "--out", str(out)], second)
+    assert resumed.wait(300) == 0, second.read_text()
+    rows = _candidates(db)
+    assert set(kept) <= set(rows)  # what was kept stays as it was
+    cell = "openevolve/bi-aware/replay"
+    assert sorted((c, i) for c, i, *_ in rows) == [(cell, 1), (cell, 2)]  # none lost, none twice
+    if 2 not in made:  # OpenEvolve was stopped inside iteration 2: it went on from its checkpoint 1
+        assert "OpenEvolve continues from its checkpoint 1" in (work / "openevolve.log").read_text()
+    # Candidate k is OpenEvolve's iteration k, each iteration once in its journal.
+    journal = [r for r in read_journal(work / JOURNAL_FILE) if r.get("iteration", 0) > 0]
+    assert sorted(r["iteration"] for r in journal) == [1, 2]
+    for r in journal:
+        code = next(row[4] for row in rows if row[1] == r["iteration"])
+        assert code == extract_code(f"`````python\n{r['code']}\n`````\n", "rms_norm")
+    _no_openevolve_left(work / "job.json")  # the resumed run's OpenEvolve ended with it
+
+
+@pytest.mark.timeout(300)
+def test_openevolve_failing_ends_its_loop_with_the_reason_and_the_campaign_goes_on(tmp_path, monkeypatch):
+    """OpenEvolve raises in its controller (a feature dimension its evaluator never returns: it
+    fails on the initial program); its loop ends saying so, the refine loop beside it finishes."""
+    import io
+
+    from rich.console import Console
+
+    from agentloop.campaign.run import run_campaign
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    unknown = {"database": {"feature_dimensions": ["complexity", "latency_ms"]}}
+    campaign = campaign_file.parse_campaign({
+        "name": "oe-fails", "tasks": ["rms_norm"], "styles": ["refine", "openevolve"], "modes": ["bi-aware"],
+        "model": "replay", "budget": {"iterations": 1}, "device": "cpu", "seed": 0,
+        "openevolve": {"islands": 1, "config": unknown},
+        "eval": {"stage_timeout_s": {"compile": 60, "dynamic": 120, "correctness": 120, "benchmark": 120}}})
+    out, shown = tmp_path / "run", io.StringIO()
+    outcome = run_campaign(campaign, out, console=Console(file=shown, width=400))
+    assert outcome.loops == outcome.ran == 2
+    store = Store(out / "results.sqlite")
+    for style in ("refine", "openevolve"):
+        assert store.finished(f"{style}/bi-aware/replay", "rms_norm"), style
+    assert len(store.candidates("refine/bi-aware/replay", "rms_norm")) == 1
+    assert store.candidates("openevolve/bi-aware/replay", "rms_norm") == []
+    lines = shown.getvalue().splitlines()
+    ended = next(ln for ln in lines if ln.startswith("openevolve/bi-aware/replay|rms_norm: "))
+    assert "0 candidates, no correct kernel (OpenEvolve ended after 0 iterations: ValueError: Feature " \
+           "dimension 'latency_ms' specified in config but not found in program metrics" in ended, ended
+    assert any(ln.startswith("refine/bi-aware/replay|rms_norm: 1 candidate") for ln in lines), lines
+    _no_openevolve_left()
+
+
+def test_a_restarted_journal_agrees_with_openevolves_last_checkpoint(tmp_path):
+    """Before OpenEvolve continues from checkpoint N, the journal holds iterations 1..N once each:
+    a line past the checkpoint (a kill's) is dropped, a checkpointed iteration missing its line
+    gets it from the checkpoint's programs; without a checkpoint it starts empty."""
+    from agentloop.loop.styles.openevolve import JOURNAL_FILE, LOST, prepare_journal, read_journal
+
+    programs = tmp_path / "checkpoints" / "checkpoint_3" / "programs"
+    programs.mkdir(parents=True)
+    (programs.parent / "metadata.json").write_text("{}")
+    for pid, i, extra in (("p0", 0, {}), ("p2", 2, {}), ("m1", 1, {"metadata": {"migrant": True}})):
+        (programs / f"{pid}.json").write_text(json.dumps(
+            {"id": pid, "code": f"# {pid}", "parent_id": "p0", "iteration_found": i, "metrics": {"x": 1},
+             **extra}))
+    journal = tmp_path / JOURNAL_FILE
+    lines = [{"iteration": 0, "id": "p0"}, {"iteration": 1, "id": "p1", "code": "# p1"},
+             {"migrant": "m1", "of": "p1"}, {"iteration": 1, "id": "again"}, {"iteration": 4, "error": "x"}]
+    journal.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"iteration": 5, "co')
+    assert prepare_journal(tmp_path) == 3
+    kept = read_journal(journal)
+    assert kept == [{"iteration": 0, "id": "p0"}, {"iteration": 1, "id": "p1", "code": "# p1"},
+                    {"migrant": "m1", "of": "p1"},
+                    {"iteration": 2, "id": "p2", "parent_id": "p0", "code": "# p2", "metrics": {"x": 1}},
+                    {"iteration": 3, "error": LOST}]
+    before = journal.read_text()
+    assert prepare_journal(tmp_path) == 3 and journal.read_text() == before  # idempotent
+    journal.write_text("".join(json.dumps(r) + "\n" for r in kept[1:]))  # the initial's line lost too
+    assert prepare_journal(tmp_path) == 3 and read_journal(journal)[0] == {"iteration": 0, "id": "p0"}
+    (programs.parent / "metadata.json").unlink()  # no usable checkpoint: OpenEvolve starts afresh
+    assert prepare_journal(tmp_path) == 0 and read_journal(journal) == []

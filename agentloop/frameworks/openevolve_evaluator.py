@@ -13,8 +13,8 @@ Metrics: `combined_score` (the speedup once benchmarked; 0 when a stage rejects;
 stage 1 or 2, so the cascade's thresholds let it go on), `correct`, `bi_pass` (every BI stage run
 so far passed), `speedup`, `speedup_vs_production`. In bi-aware mode a BI failure rejects; in
 baseline mode it is only recorded (bi_pass 0, the cascade goes on). Artifacts: `feedback`, the
-words our styles show their LLM (prompts/feedback.<mode>.j2, gate results by gates.feedback),
-and `rejected_by`.
+words our styles show their LLM (prompts/feedback.<mode>.j2, gate results by gates.feedback;
+headed `FEEDBACK_HEADING`, without a loop's candidate number), and `rejected_by`.
 
 Where stages run, from the config (a JSON file, `AGENTLOOP_GATES_CONFIG` or the
 `agentloop_gates.json` beside the file OpenEvolve loaded; else `AGENTLOOP_TASK`,
@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import threading
 import urllib.error
 import urllib.request
@@ -94,6 +95,19 @@ def gate_code(source: str, entry: str) -> str:
     """The code the gates judge: as a style's extraction takes it from an answer holding the file
     (so the loop's evaluation cache answers for it)."""
     return extract_code(f"`````python\n{source}\n`````\n", entry) or source
+
+
+FEEDBACK_HEADING = "## Feedback on this program"
+"""The feedback artifact's first line: a program OpenEvolve evaluates has no number of a loop's
+(the template's `candidate N` heading would say `candidate 1` of every one)."""
+
+
+def unnumbered(text: str) -> str:
+    """Feedback as our styles render it, its heading naming no candidate number."""
+    first, sep, rest = text.partition("\n")
+    if re.fullmatch(r"## Feedback on candidate \d+\s*", first):
+        return FEEDBACK_HEADING + sep + rest
+    return text
 
 
 def fenced(code: str) -> str:
@@ -238,7 +252,7 @@ class Gates:
             c = Candidate(number=1, round=1, seed=0, answer=fenced(code), code=code, stages=dict(outcomes),
                           status="accepted" if accepted else "rejected", rejected_by=rejected_by)
             state = LoopState(task=self.task.name, tolerance=speedup_tolerance(self.device))
-            artifacts["feedback"] = feedback(c, state, self._fb)  # type: ignore[arg-type]
+            artifacts["feedback"] = unnumbered(feedback(c, state, self._fb))  # type: ignore[arg-type]
             artifacts["rejected_by"] = rejected_by or ""
         return metrics, artifacts
 

@@ -11,13 +11,20 @@ the style for over its stdin and stdout (JSON lines):
     this process → the style   {"id": 1, "kind": "llm", "messages": [...], "seed": 7}
                                {"id": 2, "kind": "stage", "code": "...", "stage": "static"}
     the style → this process   {"id": 1, "completion": {...}} | {"id": 2, "outcome": {...}}
-                               | {"id": n, "error": "one line"}
+                               | {"id": n, "error": "one line"}  (+ "stop": true: the loop stops)
 
-At the end it writes `RESULT_FILE` in the output directory: OpenEvolve's programs (id, parent,
-iteration, code, metrics), the iterations that produced none (from its evolution trace) and the
-error that ended the run, if one did. OpenEvolve checkpoints after every iteration
-(`checkpoints/checkpoint_N`); a job started again in the same directory continues from the last
-one. When the style's process goes away (stdin closes) this process and its workers end.
+Every iteration OpenEvolve completes is checkpointed (`checkpoints/checkpoint_N`: its database,
+islands and archive; after a failed iteration too, which OpenEvolve itself does not checkpoint)
+and then appended to `JOURNAL_FILE`, one JSON line: `{"iteration": N, "id", "parent_id", "code",
+"metrics"}` for the program it made (admitted to its database or not), `{"iteration": N, "error"}`
+for none. Lines `{"iteration": 0, "id"}` name the initial programs and `{"migrant", "of"}` the
+copies migration makes, so lineage can be followed. The style reads the journal as it grows:
+each iteration's line is one candidate of the loop. A journal line never runs ahead of its
+checkpoint, so a job started again in the same directory continues OpenEvolve from the last
+checkpoint with the journal as it was there (`prepare_journal`, in the style's module, which
+reads the journal). At the end it writes `RESULT_FILE`: OpenEvolve's programs (id, parent,
+iteration, code, metrics) and the error that ended the run, if one did. When the style's
+process goes away (stdin closes) this process and its workers end.
 """
 
 from __future__ import annotations
@@ -27,7 +34,6 @@ import faulthandler
 import itertools
 import json
 import os
-import re
 import signal
 import sys
 import threading
@@ -37,9 +43,16 @@ from typing import Any
 
 from agentloop.frameworks.endpoint import Endpoint
 from agentloop.frameworks.openevolve_evaluator import CASCADE_THRESHOLDS, Gates
+from agentloop.loop.styles.openevolve import (
+    JOURNAL_FILE,
+    RESULT_FILE,
+    latest_checkpoint,
+    prepare_journal,
+    program_record,
+    read_journal,
+)
 from agentloop.providers import Completion, Message, ProviderError
 
-RESULT_FILE = "agentloop_result.json"
 TRACE_FILE = "evolution_trace.jsonl"
 FAILURES_FILE = "evolution_trace_failures.jsonl"
 """Where OpenEvolve's tracer writes the iterations that produced no program."""
@@ -55,6 +68,9 @@ class StyleLink:
         self._lock = threading.Lock()
         self._pending: dict[int, tuple[threading.Event, list[dict]]] = {}
         self.closed = False
+        self.stopping = False
+        """The style's loop stops (its provider failed): nothing more is checkpointed or journaled,
+        so a resumed run asks again what this one could not."""
         threading.Thread(target=self._read, daemon=True, name="style-link").start()
 
     def _read(self) -> None:
@@ -121,13 +137,76 @@ def openevolve_config(job: dict[str, Any], url: str) -> dict[str, Any]:
                             "include_prompts": False, "include_failures": True, "buffer_size": 1,
                             "output_path": str(Path(job["output_dir"]) / TRACE_FILE)},
     }
-    return _merge(base, s.get("config") or {})
+    config = _merge(base, s.get("config") or {})
+    # The journal's failed iterations come from the tracer: it stays on, failures included.
+    config["evolution_trace"] = {**config["evolution_trace"], "enabled": True, "include_failures": True}
+    return config
 
 
-def latest_checkpoint(output_dir: Path) -> tuple[int, Path] | None:
-    found = [(int(m.group(1)), p) for p in (output_dir / "checkpoints").glob("checkpoint_*")
-             if (m := re.fullmatch(r"checkpoint_(\d+)", p.name)) and (p / "metadata.json").is_file()]
-    return max(found) if found else None
+class Journal:
+    """The driver's side of the journal: OpenEvolve's calls it watches, and the lines it appends."""
+
+    def __init__(self, path: Path, link: Any) -> None:
+        self.path = path
+        self.link = link
+        self.written = {r["iteration"] for r in read_journal(path) if isinstance(r.get("iteration"), int)}
+        self.children: dict[int, dict[str, Any]] = {}
+        self.failures: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def append(self, rec: dict[str, Any]) -> None:
+        with self._lock, self.path.open("a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    def watch(self, controller: Any) -> None:
+        """Wrap the controller's database add, checkpoint and failure tracing (instance attributes:
+        OpenEvolve's own code calls them through the instance)."""
+        db, save = controller.database, controller._save_checkpoint
+        add = db.add
+
+        def add_recorded(program: Any, *args: Any, **kwargs: Any) -> Any:
+            iteration = kwargs.get("iteration", args[0] if args else None)
+            metadata = getattr(program, "metadata", None) or {}
+            if metadata.get("migrant"):
+                self.append({"migrant": program.id, "of": program.parent_id})
+            elif iteration is None and getattr(program, "iteration_found", None) == 0:
+                self.append({"iteration": 0, "id": program.id})
+            elif isinstance(iteration, int) and iteration > 0:
+                self.children.setdefault(iteration, program_record(
+                    {"id": program.id, "parent_id": program.parent_id, "code": program.code,
+                     "metrics": dict(program.metrics or {})}, iteration))
+            return add(program, *args, **kwargs)
+
+        def save_and_record(iteration: int) -> None:
+            if getattr(self.link, "stopping", False):
+                return
+            save(iteration)
+            with self._lock:
+                if iteration in self.written:
+                    return
+                rec = self.children.get(iteration) or (
+                    {"iteration": iteration, "error": self.failures[iteration]}
+                    if iteration in self.failures else None)
+                if rec is None:  # a final checkpoint for an iteration that did not run
+                    return
+                self.written.add(iteration)
+            self.append(rec)
+
+        db.add = add_recorded
+        controller._save_checkpoint = save_and_record
+        tracer = controller.evolution_tracer
+        if tracer is not None:
+            log_failure = tracer.log_failure
+
+            def failure_recorded(*args: Any, **kwargs: Any) -> None:
+                log_failure(*args, **kwargs)
+                iteration = kwargs.get("iteration", args[0] if args else None)
+                error = kwargs.get("error", args[1] if len(args) > 1 else None)
+                if isinstance(iteration, int) and iteration > 0:
+                    self.failures.setdefault(iteration, str(error or "no program")[:2000])
+                    save_and_record(iteration)  # OpenEvolve does not checkpoint a failed iteration
+
+            tracer.log_failure = failure_recorded
 
 
 def failures(trace: Path) -> dict[int, str]:
@@ -153,6 +232,8 @@ def run(job: dict[str, Any], link: StyleLink) -> dict[str, Any]:
 
     def complete(messages: list[Message], seed: int | None) -> Completion:
         answer = link.ask({"kind": "llm", "messages": [m.model_dump() for m in messages], "seed": seed})
+        if answer.get("stop"):
+            link.stopping = True
         if "error" in answer:
             raise ProviderError(answer["error"])
         return Completion.model_validate(answer["completion"])
@@ -164,18 +245,25 @@ def run(job: dict[str, Any], link: StyleLink) -> dict[str, Any]:
         return {"outcome": answer["outcome"]}
 
     result: dict[str, Any] = {"programs": [], "failures": {}, "error": None, "resumed_from": None}
+    prepare_journal(output_dir)
     with Endpoint(complete, model=job["model"], routes={"/agentloop/stage": stage}) as endpoint:
+        print(f"agentloop: OpenEvolve's endpoint is {endpoint.url}", file=sys.stderr, flush=True)
         gates = Gates.from_config({**job["gates"], "server": f"http://127.0.0.1:{endpoint.port}"})
         evaluation_file = gates.write(output_dir)
         config = Config.from_dict(openevolve_config(job, endpoint.url))
         controller = OpenEvolve(job["initial_program"], str(evaluation_file), config,
                                 output_dir=str(output_dir))
+        Journal(output_dir / JOURNAL_FILE, link).watch(controller)
         iterations, checkpoint = job["iterations"], None
         last = latest_checkpoint(output_dir)
         if last is not None:
             done, path = last
             iterations, checkpoint = max(0, job["iterations"] - done), str(path)
             result["resumed_from"] = done
+            print(f"agentloop: OpenEvolve continues from its checkpoint {done} ({path})", file=sys.stderr,
+                  flush=True)
+            if iterations == 0:  # all done before the stop: the result is the checkpoint's
+                controller.database.load(checkpoint)
         try:
             if iterations > 0:
                 asyncio.run(controller.run(iterations=iterations, checkpoint_path=checkpoint))
