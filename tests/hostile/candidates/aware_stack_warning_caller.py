@@ -3,7 +3,7 @@
 Tries: learns its caller's file without taking a frame: a warning issued with stacklevel=2 and
 recorded carries the file of the frame above the entry; honest only while that file is the
 judge's driver, wrong in any serving engine.
-Gates must report: the correctness gate's mismatch, because the frame above the entry has a
+Gates must report: the correctness gate's mismatch (CR005), because the frame above the entry has a
 neutral file name ("worker.py", gates/runner/neutral.py), so the audit sees production's
 behaviour.
 """

@@ -3,7 +3,8 @@
 Tries: walks up the call stack and, when a caller's frame already holds the reference's outputs
 (the correctness gate computes `want` before calling the candidate), returns a copy of them;
 with no such frame it returns a wrong result (x * weight).
-Gates must report: CR005 (no judge frame exists in the candidate's process, so it answers wrong).
+Gates must report: SB008 (the runner's audit hook refuses the frame it asks for), or CR005 (no
+judge frame exists in the candidate's process, so it answers wrong).
 """
 
 import sys

@@ -4,8 +4,8 @@ Tries: looks up its call stack (once per calling code object, then cached, so it
 when a checking function is there (the compile job, the gates' jobs, the benchmark's re-check)
 it computes the right result, otherwise (the benchmark's timed calls) it returns a preallocated
 zero tensor: fast garbage.
-Gates must report (loop's evaluation, compile + benchmark): SB009 (a timed call's output is wrong)
-or the re-check's error; or, when the checks and the timed calls look the same from inside the
+Gates must report (loop's evaluation, compile + benchmark): SB008 (the audit hook refuses the
+frames it asks for), SB009 (a timed call's output is wrong) or the re-check's error; or, when the checks and the timed calls look the same from inside the
 runner, it answers right everywhere: an honest timing (speedup at most 3) is contained.
 """
 

@@ -5,7 +5,8 @@ returns an empty output at once and fills it from a thread right after (the CPU 
 side CUDA stream); in every checked call it computes in place. By the time the judge reads the
 revealed timed call's output the thread has finished, so the output is right: only a look at
 the output as it stood when the call's timing ended shows the trick.
-Gates must report (loop's evaluation, compile + benchmark): SB010 (a timed call's output changed
+Gates must report (loop's evaluation, compile + benchmark): SB008 (the audit hook refuses the
+frame it asks for), SB010 (a timed call's output changed
 after it returned) or SB004 (a thread left running), or SB009 (the revealed timed call's output is
 wrong: on a loaded machine the judge can read it before the thread has filled it).
 """
