@@ -50,14 +50,15 @@ def campaign_with_openevolve(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-def test_the_frameworks_campaign_runs_every_style_offline(tmp_path, campaign_with_openevolve):
+def test_the_frameworks_campaign_runs_every_style_offline(tmp_path, monkeypatch, campaign_with_openevolve):
     from agentloop.campaign.run import run_campaign
     from agentloop.results.report import write_reports
 
     raw = yaml.safe_load((ROOT / "tasks" / "campaigns" / "frameworks.yaml").read_text())
     assert raw["styles"] == ["refine", "evolve", "team", "openevolve"] and raw["model"] == "replay"
     campaign = campaign_file.parse_campaign(raw)
-    out = tmp_path / "run"
+    monkeypatch.chdir(tmp_path)
+    out = Path("run")  # relative, as `--out runs/x` gives it (OpenEvolve's process has a cwd of its own)
     run_campaign(campaign, out)
     write_reports(out)  # what `agentloop run` does after the loops
 

@@ -31,7 +31,10 @@ from agentloop.model.schedule import Request
 WARM_SEED_OFFSET = 7919
 """The warm-up's prompts are drawn from seed + this: the same shapes' kernels compile, but the
 measured requests' prompts reach the child only with "go"."""
-BOOT = "from agentloop.model.serving import child_main; child_main()"
+BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2])['sys_path']; "
+        "from agentloop.model.serving import child_main; child_main()")
+"""`python -I` ignores PYTHONPATH: the parent's path is set before agentloop is imported (on a
+machine where the project is on PYTHONPATH, not installed)."""
 
 
 class ServingSpeed(BaseModel):
@@ -110,7 +113,6 @@ def measure_serving(torch_set: str | None, kernels: Mapping[str, str], config: s
 def child_main() -> None:
     """The serving process (see the module's text)."""
     fd, cfg = int(sys.argv[1]), json.loads(sys.argv[2])
-    sys.path[:] = cfg["sys_path"]
     sock = socket.socket(fileno=fd)
     from gates.runner import wire
 

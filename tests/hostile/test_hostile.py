@@ -48,7 +48,7 @@ PYTHON = os.environ.get("AGENTLOOP_HOSTILE_PYTHON") or sys.executable
 EXPECTATIONS: dict[str, dict] = yaml.safe_load((HERE / "expectations.yaml").read_text())
 DEFAULTS = {"mode": "audit", "task": "rms_norm", "gates": ["correctness"], "rules": [], "errors": [],
             "timeout": 60, "harness_timeout": 150, "port": None, "kill_after": None, "max_rss_mb": None,
-            "speedup_max": None, "settle": 5.0, "device": None, "counterexample": []}
+            "speedup_max": None, "settle": 5.0, "device": None, "counterexample": [], "cuda": None}
 DEVICE = os.environ.get("HOSTILE_DEVICE", "cpu")
 CUDA_RSS_MB = 200
 """What a CUDA torch adds to the audit process's own memory (H200 host: honest controls peak at
@@ -65,8 +65,12 @@ def comm_tag(name: str) -> str:
 
 
 def case(name: str) -> dict:
+    """The expectation of `name`; its `cuda` keys replace the others when the suite runs on a GPU
+    (where the sweep and the limits differ)."""
     spec = dict(DEFAULTS)
     spec.update(EXPECTATIONS[name] or {})
+    if DEVICE == "cuda":
+        spec.update(spec["cuda"] or {})
     return spec
 
 

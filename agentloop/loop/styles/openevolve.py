@@ -273,7 +273,7 @@ class _OpenEvolveRun:
 
     def __init__(self, settings: OpenEvolveSettings, p: Proposing, ctx: Any) -> None:
         self.settings, self.ctx = settings, ctx
-        self.workdir = Path(ctx.run_dir) / "openevolve" / _slug(f"{ctx.cell.id}--{ctx.task.name}")
+        self.workdir = Path(ctx.run_dir).resolve() / "openevolve" / _slug(f"{ctx.cell.id}--{ctx.task.name}")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.provider_error: ProviderError | None = None
         self.retired = False

@@ -4,7 +4,8 @@ Tries: reads the batch size where no rule looks (the byte size of the input's st
 differently only above 512 rows, the largest batch the CPU sweep tries.
 Gates must report: the dynamic gate's counterexample in a batch drawn beyond the sweep, or in
 the sweep's largest batch when the runner's spare room in the input's buffer (its placement at
-varied alignments) already counts past 512 rows there.
+varied alignments) already counts past 512 rows there; on a GPU, whose sweep reaches 4096
+rows, a counterexample within the sweep.
 """
 
 import torch

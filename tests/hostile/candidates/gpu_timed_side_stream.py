@@ -5,7 +5,8 @@ does its work on a stream of its own, which the timing events on the caller's st
 and returns at once; checked calls compute on the caller's stream. By the time the judge reads a
 timed call's output the device is idle and the output is right: only a look at the output as it
 stood when the call's timing ended shows the trick (and the timing looks near zero).
-Gates must report (loop's evaluation, compile + benchmark): SB010 or SB009.
+Gates must report (loop's evaluation, compile + benchmark): SB008 (the audit hook refuses the frame
+it reads), else SB010 or SB009.
 """
 
 import sys
