@@ -2,7 +2,8 @@
 and continuously batched serving, the finder's first divergent op, batched tokens/s, and the wall
 time of the set's whole check (both schedules twice, the finder included); with --serving, each
 set's batched tokens/s with its kernels in a caged serving process (column "served": the
-end-to-end batch-invariance tax, without the check's cage crossing per op call).
+end-to-end batch-invariance tax, without the check's cage crossing per op call); --served-only
+times each set in its serving process without checking it (its tokens then compared with nothing).
 
     python bench/model_check.py --config tiny-llama --device cpu --set eager --set corpus
     python bench/model_check.py --config llama-h200 --device cuda --set eager --set compiled \\
@@ -19,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentloop.model.session import check_sets  # noqa: E402
+from agentloop.model.session import check_sets, serve_sets  # noqa: E402
 
 
 def main() -> int:
@@ -31,8 +32,12 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--gate-shapes", action="store_true")
     parser.add_argument("--serving", action="store_true", help="also time each set in a serving process")
+    parser.add_argument("--served-only", action="store_true",
+                        help="only time each set in a serving process (no check: tokens not compared)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.served_only:
+        return served_only(args)
     rows, reports = [], []
     for spec in args.sets or ["eager", "corpus"]:
         start = time.perf_counter()
@@ -59,6 +64,24 @@ def main() -> int:
         print(f"{name:<24}{d:>9}{t:>8}{n:>7}{tps:>9.0f}{served:>9.0f}{sec:>7.1f}  {first[:150]}")
     if args.json:
         args.json.write_text(json.dumps(reports, indent=1) + "\n")
+    return 0
+
+
+def served_only(args: argparse.Namespace) -> int:
+    speeds = {}
+    for spec in args.sets or ["eager", "corpus"]:
+        start = time.perf_counter()
+        for name, sv in serve_sets([spec], args.config, requests=args.requests, new_tokens=args.new_tokens,
+                                   device=args.device).items():
+            speeds[name] = {**sv.model_dump(mode="json"), "seconds_with_start": time.perf_counter() - start}
+            said = f"failed: {sv.error}" if sv.error else (
+                f"{sv.tokens_per_s:.0f} tokens/s served ({sv.tokens} tokens in {sv.seconds:.2f} s; "
+                "tokens not compared)")
+            print(f"{name}: {said}", flush=True)
+    if args.json:
+        record = {"config": args.config, "device": args.device, "requests": args.requests,
+                  "new_tokens": args.new_tokens, "served": speeds}
+        args.json.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 

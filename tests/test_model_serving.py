@@ -40,3 +40,13 @@ def test_the_serving_process_is_caged(tmp_path):
     got = measure_serving("eager", {"rms_norm": kernel}, "tiny-llama", seed=0, requests=reqs, plan_seed=0,
                           device="cpu", vocab=cfg.vocab_size)
     assert got.error and "README.md" in got.error and got.tokens_per_s == 0
+
+
+def test_served_only_times_each_set_without_a_check_and_compares_no_tokens():
+    from agentloop.model.session import serve_sets
+
+    spec = f"torch-rms=files:rms_norm={FIXTURES / 'torch_only.py'}"
+    got = serve_sets(["eager", spec], "tiny-llama", requests=1, new_tokens=2)
+    assert list(got) == ["eager", "torch-rms"]
+    for speed in got.values():
+        assert not speed.error and speed.tokens_per_s > 0 and speed.tokens_match is None
