@@ -188,3 +188,27 @@ def test_int8_activations_and_the_torch_kernel_sets():
     assert not result.error and result.max_batch >= 2 and result.batched_tokens_per_s > 0
     for check in result.requests:  # CPU GEMMs are free to round a row by its batch: found if so
         assert check.reproducible or check.divergence is not None
+
+
+def test_twin_runners_give_the_alone_runs_of_a_caged_set(monkeypatch):
+    """`check_sets(twin_runs=True)`: a second set of runners for the alone schedule's second run
+    (caged: Triton's interpreter is not for two threads of one process); the report is the one of
+    the runs one after the other (the set's eager linear makes requests differ, in both)."""
+    from agentloop.model import session
+
+    made = []
+
+    class Counted(session.CagedSet):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(session, "CagedSet", Counted)
+    spec = f"torch-rms=files:rms_norm={Path(__file__).parent / 'fixtures' / 'rms_norm' / 'torch_only.py'}"
+    reports = {twin: session.check_sets([spec], "tiny-llama", requests=2, new_tokens=2, twin_runs=twin)
+               for twin in (False, True)}
+    assert len(made) == 3  # one set of runners, then two
+    alone, twinned = (reports[t].sets[0] for t in (False, True))
+    assert not twinned.error and twinned.nondeterministic == 0, twinned
+    assert twinned.requests and not twinned.sandbox_findings
+    assert [c.model_dump() for c in twinned.requests] == [c.model_dump() for c in alone.requests]

@@ -10,6 +10,7 @@ small (RECORD_ALWAYS_BYTES), else from one more run of each schedule that record
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from pydantic import BaseModel, Field, computed_field
@@ -147,8 +148,25 @@ def _find(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Callable
     return {i: first_divergence(alone_rec, batched_rec, i) for i in differing}
 
 
+def _alone_runs(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Callable],
+                twin: Mapping[str, Callable] | None, reqs: list[Request], device: str,
+                recorder: Recorder | None) -> list[dict[int, RequestResult]]:
+    """The alone schedule's two runs, the first recording (if `recorder`): one after the other, or
+    with `twin` (the same kernels in runners of their own) both at once, the second on the twin:
+    the alone schedule is most of a check's op calls, each waiting on its runner, not the device."""
+    plan = alone_plan(reqs)
+    if twin is None:
+        return [run_plan(Decoder(config, weights, ops, recorder if run == 0 else None), reqs, plan, device)[0]
+                for run in range(2)]
+    with ThreadPoolExecutor(2, thread_name_prefix="alone-run") as pool:
+        runs = [pool.submit(run_plan, Decoder(config, weights, o, r), reqs, plan, device)
+                for o, r in ((ops, recorder), (twin, None))]
+        return [run.result()[0] for run in runs]
+
+
 def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weights: ModelWeights,
-               reqs: list[Request], device: str, seed: int) -> SetReport:
+               reqs: list[Request], device: str, seed: int,
+               twin: Mapping[str, Callable] | None = None) -> SetReport:
     report = SetReport(name=name, sources=dict(getattr(ops, "sources", {})))
     plan = batched_plan(reqs, seed)
     report.batched_steps, report.max_batch = len(plan), max(len(s.rows) for s in plan)
@@ -156,18 +174,17 @@ def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weig
     record_now = _record_bytes(config, reqs) <= RECORD_ALWAYS_BYTES["cpu" if device == "cpu" else "cuda"]
     recorders = {"alone": Recorder({r.id for r in reported}), "batched": Recorder({r.id for r in reported})}
     try:
-        runs: dict[str, list[dict[int, RequestResult]]] = {"alone": [], "batched": []}
+        runs: dict[str, list[dict[int, RequestResult]]] = {"batched": []}
+        runs["alone"] = _alone_runs(config, weights, ops, twin, reqs, device,
+                                    recorders["alone"] if record_now else None)
         seconds = 0.0
-        for schedule, steps in (("alone", alone_plan(reqs)), ("batched", plan)):
-            for run in range(2):
-                # The first run records (if it does); the second, warm (kernels compiled, the
-                # vendor libraries' per-shape choices made), is the one timed.
-                recorder = recorders[schedule] if record_now and run == 0 else None
-                results, took = run_plan(Decoder(config, weights, ops, recorder), reqs, steps, device)
-                runs[schedule].append(results)
-                if schedule == "batched" and run == 1:
-                    seconds = took
-                    report.batched_tokens = {r.id: list(results[r.id].tokens) for r in reported}
+        for run in range(2):
+            # The first run records (if it does); the second, warm (kernels compiled, the vendor
+            # libraries' per-shape choices made) and alone on the machine, is the one timed.
+            recorder = recorders["batched"] if record_now and run == 0 else None
+            results, seconds = run_plan(Decoder(config, weights, ops, recorder), reqs, plan, device)
+            runs["batched"].append(results)
+        report.batched_tokens = {r.id: list(results[r.id].tokens) for r in reported}
         report.requests = [_compare(r, runs["alone"], runs["batched"]) for r in reported]
         differing = [c.request for c in report.requests if not (c.tokens_equal and c.logprobs_equal)]
         if differing:
@@ -191,10 +208,13 @@ def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weig
 def check_model(config: ModelConfig, weights: ModelWeights, ops_by_set: dict[str, Mapping[str, Callable]],
                 requests: int | list[Request] = 16, new_tokens: int = 32, seed: int = 0,
                 device: str | None = None, fillers: int | None = None,
-                prompt_lens: tuple[int, int] = (2, 12)) -> ModelCheckReport:
+                prompt_lens: tuple[int, int] = (2, 12),
+                twins: Mapping[str, Mapping[str, Callable]] | None = None) -> ModelCheckReport:
     """Serve `requests` seeded requests (plus `fillers`, default as many; see make_requests) alone
     and batched on each kernel set, or the given list of requests (then `new_tokens`, `fillers`
-    and `prompt_lens` are unused). The weights must be on `device` (default: where they are)."""
+    and `prompt_lens` are unused). The weights must be on `device` (default: where they are).
+    `twins`: for a set, the same kernels once more (runners of their own), on which the alone
+    schedule's second run goes at the same time as its first."""
     where = str(weights.embed.device)
     device = device or where
     if device != where and not where.startswith(f"{device}:"):
@@ -203,7 +223,8 @@ def check_model(config: ModelConfig, weights: ModelWeights, ops_by_set: dict[str
         reqs = make_requests(config, requests, new_tokens, seed, fillers, prompt_lens)
     else:
         reqs = check_requests(config, requests)
-    sets = [_check_set(name, ops, config, weights, reqs, device, seed) for name, ops in ops_by_set.items()]
+    sets = [_check_set(name, ops, config, weights, reqs, device, seed, (twins or {}).get(name))
+            for name, ops in ops_by_set.items()]
     reported = [r for r in reqs if r.reported]
     return ModelCheckReport(model=config.summary(), requests=len(reported),
                             new_tokens=max(r.new_tokens for r in reported), seed=seed, device=device,

@@ -5,6 +5,7 @@ shapes each op was called at logged and, when asked, the dynamic gate run at the
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 
 from agentloop.model.caged import CagedSet
 from agentloop.model.check import ModelCheckReport, SetReport, check_model
@@ -19,10 +20,14 @@ from agentloop.model.weights import load_model
 
 def check_sets(specs: list[str], config: str, *, requests: int = 16, new_tokens: int = 32, seed: int = 0,
                device: str = "cpu", gate_shapes: bool = False, serving: bool = False,
+               twin_runs: bool | None = None,
                progress: Callable[[str], None] | None = None) -> ModelCheckReport:
     """Check every set in turn (its runners live only while it is checked); ModelInputError (one
     line) for a config, weights or set that cannot be used — every set is resolved before any runs.
-    `serving`: also time each set with its kernels in a serving process (`serving.py`)."""
+    `serving`: also time each set with its kernels in a serving process (`serving.py`).
+    `twin_runs` (default: on a GPU): a set with caged kernels gets a second set of runners, so the
+    alone schedule's two runs go at once (`check_model`'s twins); on a CPU they would share its
+    cores with the interpreter instead."""
     cfg, weights = load_model(config, device, seed)
     tasks = required_ops(cfg)
     choices = [parse_set(spec, tasks, device) for spec in specs]
@@ -35,11 +40,15 @@ def check_sets(specs: list[str], config: str, *, requests: int = 16, new_tokens:
     for choice in choices:
         say(f"model check: set {choice.name} ({len(choice.kernels)} of {len(tasks)} ops from the set)")
         log = ShapeLog()
-        with CagedSet(choice, tasks, device) as caged:
+        twinned = (device != "cpu" if twin_runs is None else twin_runs) and \
+            any(choice.choice(t).kind not in TORCH_KINDS for t in tasks)
+        with CagedSet(choice, tasks, device) as caged, \
+                (CagedSet(choice, tasks, device) if twinned else nullcontext()) as twin:
+            twins = {choice.name: log.wrap(twin.ops)} if twin is not None else None
             report = check_model(cfg, weights, {choice.name: log.wrap(caged.ops)}, requests=requests,
-                                 new_tokens=new_tokens, seed=seed, device=device)
+                                 new_tokens=new_tokens, seed=seed, device=device, twins=twins)
         got = report.sets[0]
-        got.sandbox_findings = caged.findings
+        got.sandbox_findings = caged.findings + (twin.findings if twin is not None else [])
         got.shapes = log.shapes()
         if gate_shapes:
             codes = {t: k.code for t, k in choice.kernels.items() if k.kind in ("code", "entry") and k.code}
