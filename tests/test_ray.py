@@ -47,9 +47,11 @@ def _ray_tmp():
     """Ray's sessions (logs, sockets, spilled objects) in a folder of this module's, removed at its
     end instead of piling up in /tmp/ray; a short path, as Ray's socket paths must be."""
     path = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    RAY_ENV["RAY_TMPDIR"] = path
+    # The actors' own temporary folders (their judges' work directories) go there too: Ray kills
+    # its actors when the cluster stops, before they can remove them.
+    RAY_ENV["RAY_TMPDIR"] = RAY_ENV["TMPDIR"] = path
     yield path
-    del RAY_ENV["RAY_TMPDIR"]
+    del RAY_ENV["RAY_TMPDIR"], RAY_ENV["TMPDIR"]
     shutil.rmtree(path, ignore_errors=True)
 
 

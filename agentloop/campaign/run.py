@@ -23,6 +23,7 @@ import sqlite3
 import threading
 import time
 import typing
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -54,7 +55,7 @@ from agentloop.loop.graph import build_graph
 from agentloop.loop.state import Candidate, LoopState, speedup_tolerance
 from agentloop.loop.styles import ROLES, make_style
 from agentloop.providers import ExchangeRecorder, Provider, ProviderError, get_provider
-from agentloop.results.archive import ArchiveOptions, loop_seeds, open_archive
+from agentloop.results.archive import Archive, ArchiveOptions, loop_seeds, open_archive
 from agentloop.results.store import Store, StoreFrozen
 from gates.contract import Task, get_task
 
@@ -196,12 +197,30 @@ class LatestCheckpoints(SqliteSaver):
     keep: int | None = 2
     """Checkpoints kept per loop; None keeps them all (a loop's history, for inspection)."""
     frozen: bool = False
+    closed: bool = False
 
     def freeze(self) -> None:
         """Refuse every later write: a stopped run keeps each loop's last checkpoint from before
         the stop, never a node's result that the stop cut short."""
         with self.lock:
             self.frozen = True
+
+    def close(self) -> None:
+        """Close the connection, once no call uses it (again: nothing); SQLite then removes the
+        -wal and -shm files unless another process still reads the file. Later use raises
+        StoreFrozen (a stopped run's threads) or sqlite3.ProgrammingError."""
+        with self.lock:
+            self.closed = True
+            self.conn.close()
+
+    def setup(self) -> None:
+        # Every read and write goes through cursor(), which calls setup() holding the lock: the
+        # one place to refuse a closed connection without racing close().
+        if self.closed:
+            if self.frozen:
+                raise StoreFrozen("the run was stopped; the checkpoints are closed")
+            raise sqlite3.ProgrammingError("the checkpointer is closed")
+        super().setup()
 
     def _check_frozen(self) -> None:
         if self.frozen:
@@ -239,6 +258,9 @@ def checkpointer(path: Path, keep: int | None = LatestCheckpoints.keep) -> Lates
         serde = None
     saver = LatestCheckpoints(conn, serde=serde)
     saver.keep = keep
+    # A checkpointer dropped unclosed, or open when this process exits, is closed then: a
+    # connection never closed leaves the -wal and -shm files behind.
+    weakref.finalize(saver, conn.close)
     return saver
 
 
@@ -246,12 +268,15 @@ def thread_id(cell: Cell, task: str) -> str:
     return f"{cell.id}|{task}"
 
 
-def archive_context(campaign: Any, run_dir: Path, loop: str, task: str, mode: str) -> dict[str, Any]:
+def archive_context(campaign: Any, run_dir: Path, loop: str, task: str, mode: str,
+                    archive: Archive | None = None) -> dict[str, Any]:
     """The archive-related fields of a loop's context (`LoopContext`): the archive it records
-    into, the kernels it starts from, the campaign's name."""
+    into (`archive`, opened by the run, which closes it; else the process's own), the kernels it
+    starts from, the campaign's name."""
     options: ArchiveOptions = campaign.archive
-    path = options.file(run_dir)
-    return {"archive": open_archive(path) if options.record else None,
+    if archive is None and options.record:
+        archive = open_archive(options.file(run_dir))
+    return {"archive": archive if options.record else None,
             "seeds": loop_seeds(options, run_dir, campaign.device, loop, task, mode),
             "campaign_name": campaign.name}
 
@@ -465,43 +490,51 @@ def run_campaign(campaign: Campaign, out: str | Path, *, resume: bool = False,
     pool_factory = pool_factory or evaluation_pool(campaign, ray)  # Ray missing: fails here too
     prepare_run_dir(campaign, out, resume, campaign_changed=campaign_changed)
     store = Store(out / RESULTS)
-    saver = checkpointer(out / CHECKPOINTS)
-    loops = [(cell, task) for cell in campaign.cells() for task in tasks]
-    todo = [(cell, task) for cell, task in loops if not store.finished(cell.id, task)]
-    run = pool = None
+    saver = archive = run = pool = None
     try:
-        with stop_on_signals(handle_signals):
-            if todo:
-                pool = pool_factory(campaign.device, campaign.workers)
-                if hasattr(pool, "describe"):
-                    taken["evaluation"] = pool.describe()
-                console = console or Console()
-                if hasattr(pool, "isolation"):
-                    _say_isolation(pool, console, taken)
-                evaluator = CachedEvaluator(pool, store, campaign.eval_settings())
-                run = LoopRunner(campaign, tasks, providers, evaluator, store, build_graph(saver), out)
-                try:
-                    with LoopProgress(console, len(loops), len(loops) - len(todo)) as progress:
-                        run.run_all(todo, progress, until_idle=until_idle)
-                except StopRequested:
-                    freeze(store, saver, pool, run)  # before close(), which would wait for the stages
-                    raise
-                finally:
-                    pool.close()  # returns at once after a stop: the workers are already killed
-    except StopRequested as stop:
-        waits = exchange_waits(providers)
-        freeze(store, saver, pool, run)
-        finished = sum(store.finished(cell.id, task) for cell, task in loops)
-        threads = {r[0] for r in saver.conn.execute("SELECT DISTINCT thread_id FROM checkpoints")}
-        unfinished = {thread_id(cell, task) for cell, task in loops if not store.finished(cell.id, task)}
-        kept = Kept(run_dir=out, loops=len(loops), finished=finished, checkpointed=len(threads & unfinished),
-                    candidates=store.query("SELECT COUNT(*) AS n FROM candidates")[0]["n"], waiting=waits)
-        seconds = time.perf_counter() - started
-        record_provenance(out, taken, seconds, f"stopped ({stop.reason})")
-        # The connections stay open: threads cut short may still read them; the caller exits.
-        raise RunStopped(stop.reason, kept, time.perf_counter() - started) from None
-    saver.conn.close()
-    store.close()
+        saver = checkpointer(out / CHECKPOINTS)
+        loops = [(cell, task) for cell in campaign.cells() for task in tasks]
+        todo = [(cell, task) for cell, task in loops if not store.finished(cell.id, task)]
+        try:
+            with stop_on_signals(handle_signals):
+                if todo:
+                    pool = pool_factory(campaign.device, campaign.workers)
+                    if hasattr(pool, "describe"):
+                        taken["evaluation"] = pool.describe()
+                    console = console or Console()
+                    if hasattr(pool, "isolation"):
+                        _say_isolation(pool, console, taken)
+                    evaluator = CachedEvaluator(pool, store, campaign.eval_settings())
+                    archive = Archive(campaign.archive.file(out)) if campaign.archive.record else None
+                    run = LoopRunner(campaign, tasks, providers, evaluator, store, build_graph(saver), out,
+                                     archive)
+                    try:
+                        with LoopProgress(console, len(loops), len(loops) - len(todo)) as progress:
+                            run.run_all(todo, progress, until_idle=until_idle)
+                    except StopRequested:
+                        freeze(store, saver, pool, run)  # before close(), which would wait for the stages
+                        raise
+                    finally:
+                        pool.close()  # returns at once after a stop: the workers are already killed
+        except StopRequested as stop:
+            waits = exchange_waits(providers)
+            freeze(store, saver, pool, run)
+            finished = sum(store.finished(cell.id, task) for cell, task in loops)
+            threads = {r[0] for r in saver.conn.execute("SELECT DISTINCT thread_id FROM checkpoints")}
+            unfinished = {thread_id(cell, task) for cell, task in loops if not store.finished(cell.id, task)}
+            kept = Kept(run_dir=out, loops=len(loops), finished=finished,
+                        checkpointed=len(threads & unfinished),
+                        candidates=store.query("SELECT COUNT(*) AS n FROM candidates")[0]["n"], waiting=waits)
+            seconds = time.perf_counter() - started
+            record_provenance(out, taken, seconds, f"stopped ({stop.reason})")
+            raise RunStopped(stop.reason, kept, time.perf_counter() - started) from None
+    finally:
+        # Every connection is closed, a stopped run's too (frozen first: a thread the stop cut
+        # short gets StoreFrozen from them, as from a write), so that SQLite removes the -wal and
+        # -shm files even where the caller then leaves with os._exit.
+        for db in (archive, saver, store):
+            if db is not None:
+                db.close()
     record_provenance(out, taken, time.perf_counter() - started, "finished")
     hits, misses = (run.evaluator.hits, run.evaluator.misses) if run else (0, 0)
     notes = [line for p in {id(p): p for p in providers.values()}.values()
@@ -517,6 +550,8 @@ def freeze(store: Store, saver: LatestCheckpoints, pool: WorkerPool | None, run:
     store.freeze()
     saver.freeze()
     if run is not None:
+        if run.archive is not None:
+            run.archive.freeze()  # a kernel a cut-short stage accepted is not archived either
         run.stop()
     if pool is not None:
         pool.terminate()
@@ -533,6 +568,8 @@ class LoopRunner:
     store: Store
     graph: Any
     out: Path
+    archive: Archive | None = None
+    """The kernel archive the loops record into (None: they do not); its owner closes it."""
 
     def __post_init__(self) -> None:
         self.recorder = ExchangeRecorder(self.out)
@@ -550,7 +587,8 @@ class LoopRunner:
                            evaluator=self.evaluator, store=self.store, recorder=self.recorder,
                            providers=self.providers, executor=executor, run_dir=self.out, seed=c.seed,
                            abort=self.abort, on_candidate=progress.candidate, on_stage=progress.stage,
-                           **archive_context(c, self.out, thread_id(cell, task), task, cell.mode))
+                           **archive_context(c, self.out, thread_id(cell, task), task, cell.mode,
+                                             self.archive))
 
     def stop(self) -> None:
         """The loops stop at their next node; queued loops never start; nobody waits for them."""

@@ -106,10 +106,11 @@ def run_status(run_dir: Path) -> RunStatus:
     campaign = load_campaign(run_dir / "campaign.yaml")
     waiting = [w for d in exchange_dirs(campaign, run_dir) for w in waiting_requests(d)]
     store = Store(run_dir / RESULTS)
-    saver = checkpointer(run_dir / CHECKPOINTS) if (run_dir / CHECKPOINTS).is_file() else None
-    graph = build_graph(saver) if saver else None
+    saver = None
     loops = []
     try:
+        saver = checkpointer(run_dir / CHECKPOINTS) if (run_dir / CHECKPOINTS).is_file() else None
+        graph = build_graph(saver) if saver else None
         finished = {(r["cell"], r["task"]): r for r in store.task_results()}
         for cell in campaign.cells():
             for task in campaign.task_names():
@@ -138,10 +139,10 @@ def run_status(run_dir: Path) -> RunStatus:
                 else:
                     state = "not started" if not count else "started (no checkpoint)"
                 loops.append(LoopStatus(loop=key, state=state, candidates=count, waits_for=waits))
-    finally:
+    finally:  # both closed, so that no -wal or -shm file is left beside them
         store.close()
         if saver is not None:
-            saver.conn.close()
+            saver.close()
     return RunStatus(run_dir=str(run_dir), campaign=campaign.name, loops=loops, waiting=waiting)
 
 

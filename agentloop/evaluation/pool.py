@@ -24,6 +24,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -136,7 +137,11 @@ class WorkerPool:
         # One store of compiled kernels for the pool's judges (gates.judge.kernel_cache): a candidate's
         # kernels are compiled once, whichever worker runs its next stage.
         self._kernels = tempfile.mkdtemp(prefix="agentloop-kernels-")
-        env: dict[str, str] = {kernel_cache.VARIABLE: self._kernels}
+        # Removed by close() or terminate(), else when the pool is dropped or this process exits (the
+        # workers' own directories go with their sandboxes, the same way), else, when this process
+        # is killed, by its workers (kernel_cache.OWNER), as they remove their own directories.
+        self._remove_kernels = weakref.finalize(self, shutil.rmtree, self._kernels, True)
+        env: dict[str, str] = {kernel_cache.VARIABLE: self._kernels, kernel_cache.OWNER: str(os.getpid())}
         if device == "cuda":
             import torch
 
@@ -169,7 +174,7 @@ class WorkerPool:
         except BaseException:
             for w in self._workers:
                 w.sandbox.close()
-            shutil.rmtree(self._kernels, ignore_errors=True)
+            self._remove_kernels()
             raise
         self._idle: list[_Worker] = list(self._workers)
         self._waiting: list[str | None] = []
@@ -243,7 +248,7 @@ class WorkerPool:
             t.start()
         for t in threads:
             t.join()
-        shutil.rmtree(self._kernels, ignore_errors=True)
+        self._remove_kernels()
 
     def terminate(self) -> None:
         """Kill every worker at once, without waiting for the stages running now (an interrupted
@@ -256,7 +261,7 @@ class WorkerPool:
             t.start()
         for t in threads:
             t.join()
-        shutil.rmtree(self._kernels, ignore_errors=True)
+        self._remove_kernels()
 
     def __enter__(self) -> WorkerPool:
         return self

@@ -158,7 +158,10 @@ def _run(arg: str, tasks: list[str], spec: str) -> dict[str, KernelChoice]:
     db_file = run_dir / "results.sqlite"
     if not db_file.is_file():
         raise ModelInputError(f"kernel set {spec!r}: {run_dir} is not a run directory (no results.sqlite)")
-    db = sqlite3.connect(f"file:{db_file}?mode=ro", uri=True)
+    # Read only, but not `mode=ro`: a read-only connection to a WAL database leaves its -wal and
+    # -shm files behind when it closes; this one removes them (unless another still reads).
+    db = sqlite3.connect(db_file)
+    db.execute("PRAGMA query_only=ON")
     try:
         rows = _run_rows(db, mode, spec)
         out = {}

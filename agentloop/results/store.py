@@ -3,6 +3,10 @@ LLM exchange, the evaluation cache, and the final result of each (cell, task).
 
 One writer at a time (the campaign runner's thread holds a lock); WAL mode so reports can read
 while a campaign writes. Every write commits at once, so a killed run loses nothing written.
+SQLite removes the `-wal` and `-shm` files beside the database when its last connection closes
+(a connection of another process that still reads keeps them, and the last one to close removes
+them), so every store is closed: by its owner (`close()`, or `with Store(...)`), else when it is
+garbage-collected or this process exits; after a clean exit only the database file is left.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import re
 import sqlite3
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +110,18 @@ CREATE TABLE IF NOT EXISTS task_results (
 """
 
 
+def _close_connection(db: sqlite3.Connection, lock: threading.RLock) -> None:
+    """Close a store's connection once no call of the store uses it, waiting at most 5 s for a
+    thread that holds the store (at exit: a daemon thread stuck in a call); then it closes anyway,
+    and SQLite finishes the close once that call's statement ends (sqlite3_close_v2)."""
+    held = lock.acquire(timeout=5)
+    try:
+        db.close()
+    finally:
+        if held:
+            lock.release()
+
+
 def kernel_file(cell: str, task: str) -> str:
     """Where a loop's final kernel is saved, relative to the run directory."""
     return f"kernels/{re.sub(r'[^A-Za-z0-9_.-]+', '_', cell.replace('/', '--'))}/{task}.py"
@@ -122,10 +139,19 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(schema)
+        try:
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(schema)
+        except BaseException:  # not a database, a locked one: no connection is left open
+            self._db.close()
+            raise
         self._frozen = False
+        self._closed = False
+        # Closes the connection when the store is dropped unclosed or this process exits (a store
+        # kept for the process, like the kernel archive's): a connection never closed leaves the
+        # -wal and -shm files behind.
+        self._finalizer = weakref.finalize(self, _close_connection, self._db, self._lock)
 
     def freeze(self) -> None:
         """Refuse every later write (reads go on): an interrupted run keeps what it had written
@@ -134,14 +160,34 @@ class Store:
             self._frozen = True
 
     def close(self) -> None:
+        """Close the connection (again: nothing). Later use raises StoreFrozen when the store was
+        frozen first (threads a stopped run cut short), else sqlite3.ProgrammingError."""
         with self._lock:
-            self._db.close()
+            self._closed = True
+            self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            if self._frozen:
+                raise StoreFrozen(f"{self.path}: the run was stopped; the store is closed")
+            raise sqlite3.ProgrammingError(f"{self.path}: the store is closed")
 
     def _insert(self, table: str, row: dict[str, Any]) -> int:
         cols = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()]
         with self._lock:
+            self._check_open()
             if self._frozen:
                 raise StoreFrozen(f"{self.path}: the run was stopped; nothing more is written")
             cur = self._db.execute(f"INSERT OR REPLACE INTO {table} ({cols}) VALUES ({marks})", values)
@@ -149,6 +195,7 @@ class Store:
 
     def query(self, sql: str, *params: Any) -> list[dict[str, Any]]:
         with self._lock:
+            self._check_open()
             return [dict(r) for r in self._db.execute(sql, params).fetchall()]
 
     # Writers ------------------------------------------------------------------------------

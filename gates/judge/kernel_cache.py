@@ -17,8 +17,8 @@ What crosses, and why it stays contained:
 A second store, `BOOT`, holds what a runner compiled while it booted, before any candidate was
 loaded (Triton's driver module for the GPU, built with the host compiler): it is trusted, and
 every new runner starts with it, so none compiles it again.
-The store lives as long as the pool that made it (`AGENTLOOP_KERNEL_CACHE`), else as long as this
-process.
+The store lives as long as the pool that made it (`AGENTLOOP_KERNEL_CACHE`; its workers remove it
+when the pool's process was killed), else as long as this process.
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ import tempfile
 
 VARIABLE = "AGENTLOOP_KERNEL_CACHE"
 """The store's directory, shared by a pool's judge workers."""
+OWNER = "AGENTLOOP_KERNEL_CACHE_OWNER"
+"""The process id of the pool that made the store (`VARIABLE`) and removes it when it closes; a
+judge worker whose parent is that process removes the store once that parent is gone without
+doing it (killed)."""
 SUBDIR = ".triton"
 """Where a runner's Triton cache is, in its work directory (gates.judge.environment)."""
 MAX_FILES = 512
@@ -53,6 +57,14 @@ def store_root() -> str:
         _own.append(tempfile.mkdtemp(prefix="agentloop-kernels-"))
         atexit.register(shutil.rmtree, _own[0], True)
     return _own[0]
+
+
+def remove_orphaned(parent: int) -> None:
+    """In a judge worker whose parent `parent` is gone: remove the store that parent made for its
+    workers (`OWNER`), which nobody else will; a store set any other way is left alone."""
+    root = os.environ.get(VARIABLE)
+    if root and os.environ.get(OWNER) == str(parent):
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _entries(top: str, owner: int | None) -> list[tuple[str, str, int]]:

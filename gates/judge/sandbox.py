@@ -30,6 +30,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -382,24 +383,40 @@ def _cuda_broken() -> str | None:
     return None
 
 
+_leaving = threading.Lock()
+
+
+def _leave(parent: int, workdir: str) -> None:
+    """The parent is gone (killed without a chance to stop this worker): stop the runners, remove
+    this worker's directory and, once the parent is seen gone, the kernel store it left
+    (`gates.judge.kernel_cache.remove_orphaned`). Once, whichever thread gets here first."""
+    with _leaving:
+        try:
+            from gates.judge import runner_pool
+
+            runner_pool.RUNNERS.close()
+        except Exception:  # noqa: BLE001, S110 - leaving anyway; the runners die with this process
+            pass
+        shutil.rmtree(workdir, ignore_errors=True)
+        from gates.judge import kernel_cache
+
+        deadline = time.monotonic() + 2.0  # its end of the connection closes before it is reaped
+        while os.getppid() == parent and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if os.getppid() != parent:
+            kernel_cache.remove_orphaned(parent)
+
+
 def _exit_with(parent: int, workdir: str) -> None:
     """Watchdog thread: end the worker, and remove its directory, when its parent is gone
     (killed without a chance to stop it), even in the middle of a hanging job."""
     while os.getppid() == parent:
         time.sleep(1.0)
-    try:
-        from gates.judge import runner_pool
-
-        runner_pool.RUNNERS.close()
-    except Exception:  # noqa: BLE001, S110 - leaving anyway; the runners die with this process
-        pass
-    shutil.rmtree(workdir, ignore_errors=True)
+    _leave(parent, workdir)
     os._exit(1)
 
 
 def _worker_main() -> None:
-    import threading
-
     conn = Connection(int(sys.argv[1]))
     config = conn.recv()
     workdir = os.path.dirname(config["log"])
@@ -436,7 +453,8 @@ def _worker_main() -> None:
     while True:
         try:
             message = conn.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError):  # the parent is gone: the same clean-up as the watchdog's
+            _leave(config["parent"], workdir)
             return
         if message[0] == "stop":
             runner_pool.RUNNERS.close()
