@@ -117,8 +117,8 @@ RECORD_ALWAYS_BYTES = {"cpu": 64 << 20, "cuda": 4 << 30}
 """Up to this estimated size of the recordings (by device: the rows stay where they were
 computed), the first run of each schedule records every reported request, so finding a
 divergence costs no extra run (the small CPU models; on a GPU, the 4096-wide decoders, whose
-recordings take 0.5-1 GiB there); above it, only the requests that differed are recorded, on one
-more run of each schedule (on the H200 a third of a divergent set's time)."""
+recordings are estimated at 0.48 and 0.71 GiB there); above it, only the requests that differed
+are recorded, on one more run of each schedule."""
 
 
 def _record_bytes(config: ModelConfig, reqs: list[Request]) -> int:
@@ -174,10 +174,10 @@ def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weig
     record_now = _record_bytes(config, reqs) <= RECORD_ALWAYS_BYTES["cpu" if device == "cpu" else "cuda"]
     recorders = {"alone": Recorder({r.id for r in reported}), "batched": Recorder({r.id for r in reported})}
     try:
-        runs: dict[str, list[dict[int, RequestResult]]] = {"batched": []}
-        runs["alone"] = _alone_runs(config, weights, ops, twin, reqs, device,
-                                    recorders["alone"] if record_now else None)
-        seconds = 0.0
+        runs: dict[str, list[dict[int, RequestResult]]] = {
+            "alone": _alone_runs(config, weights, ops, twin, reqs, device,
+                                 recorders["alone"] if record_now else None),
+            "batched": []}
         for run in range(2):
             # The first run records (if it does); the second, warm (kernels compiled, the vendor
             # libraries' per-shape choices made) and alone on the machine, is the one timed.
