@@ -9,6 +9,7 @@ import weakref
 
 import torch
 
+from gates.runner import wire
 from gates.runner.device_memory import DeviceMemoryError, SharedDeviceMemory
 from gates.runner.driver import pin, unpin
 
@@ -19,7 +20,7 @@ class HostArena:
     page-locked, both sides pinning their mapping, so copies to and from the device run at DMA
     speed)."""
 
-    ALIGN = 256
+    ALIGN = wire.ALIGN
     on_device = False
 
     def __init__(self, gpu: bool = False) -> None:
@@ -52,7 +53,7 @@ class HostArena:
             self._unpin = None
 
     def view(self, offset: int, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
-        n = torch.empty((), dtype=dtype).element_size() * numel(shape)
+        n = dtype.itemsize * numel(shape)
         return self.bytes[offset:offset + n].view(dtype).view(shape)
 
     def settle(self) -> None:
@@ -133,5 +134,4 @@ def numel(shape: list[int]) -> int:
     return n
 
 
-def aligned(n: int) -> int:
-    return (n + HostArena.ALIGN - 1) // HostArena.ALIGN * HostArena.ALIGN
+aligned = wire.aligned

@@ -66,6 +66,9 @@ MAX_OUTPUT_BYTES = 32 * 2**30
 DEFAULT_MEMORY = 4 * 2**30
 """Host memory a runner may add to what it holds once started (the task shapes need far less)."""
 MAX_DIMS = 8
+OUTPUT_ROOM_LIMIT = 4 * 2**30
+"""At most this much room for outputs is kept in the arena ahead of a call (from the last call's
+outputs); larger outputs take the two-step placing."""
 RULE = re.compile(r"^(SB0\d\d|AC00\d)$")
 HINTS = {
     "SB001": "Evaluations have no network: compute everything from the inputs.",
@@ -164,6 +167,10 @@ class Runner:
         self.findings: list[Finding] = []
         self.isolation: dict[str, Any] = {}
         self.arena = new_arena(device)
+        self._unsettled = False
+        """Copies of this judge's out of the arena may still be queued on the device (`_request`)."""
+        self._out_room = 0
+        """Bytes the last call's outputs took: the room the next call's arena keeps for its outputs."""
         self._slots: dict[int, tuple[int, weakref.ref]] = {}
         self._freed: list[int] = []
         self._next_slot = 0
@@ -277,6 +284,7 @@ class Runner:
         return _failure(self, text, rule)
 
     def _request(self, header: dict, expect: str, fds: tuple[int, ...] = ()) -> dict:
+        self._settle()  # the judge's last copies out of the arena are done before the runner may write it
         try:
             wire.send(self.sock, header, fds)
         except (OSError, wire.WireError):
@@ -298,7 +306,14 @@ class Runner:
         self._stop_for(_RAN_OUT, None)
         return CandidateFailure(said[:500])
 
+    def _settle(self) -> None:
+        if self._unsettled:
+            self.arena.settle()
+            self._unsettled = False
+
     def _grow(self, size: int) -> None:
+        if size > self.arena.size:
+            self._settle()  # before the arena those copies read from can go
         try:
             fd = self.arena.ensure(size)
         except DeviceMemoryError as exc:
@@ -409,29 +424,38 @@ class Runner:
             del self._slots[key]
         self._freed.append(slot)
 
-    def _encode(self, args: list[Any]) -> tuple[list[dict], int]:
+    def _encode(self, args: list[Any], room: int = 0) -> tuple[list[dict], int]:
+        """Copy the tensors of `args` into the arena, one after the other from its start, with
+        at least `room` bytes left after them (for the outputs); their specs, and where they end."""
         specs, offset = [], 0
         tensors = []
         for a in args:
             if isinstance(a, torch.Tensor):
                 tensors.append((a, offset))
                 offset += aligned(a.numel() * a.element_size())
-        self._grow(offset)
+        self._grow(offset + room)
         placed = iter(tensors)
         for a in args:
             if isinstance(a, torch.Tensor):
                 t, off = next(placed)
-                self.arena.view(off, t.dtype, list(t.shape)).copy_(t)
+                shape = list(t.shape)
+                self.arena.view(off, t.dtype, shape).copy_(t)
                 specs.append({"t": "tensor", "slot": self._slot(t), "off": off, "dtype": self._names[t.dtype],
-                              "shape": list(t.shape)})
+                              "shape": shape})
             elif a is None or isinstance(a, (bool, int, float, str)):
                 specs.append({"t": "value", "v": a})
             else:
                 raise TypeError(f"cannot pass a {type(a).__name__} to a candidate")
         self.arena.settle()
+        self._unsettled = False
         return specs, offset
 
-    def _receive_outputs(self, reply: dict, start: int) -> tuple[tuple, dict]:
+    def _receive_outputs(self, reply: dict, start: int, end: int | None = None) -> tuple[tuple, dict]:
+        """The outputs of a `result` reply, laid out from `start` (what the judge computes from
+        the headers, never an offset the runner names). Where the request offered the outputs room
+        up to `end` and the runner says it placed them (`placed`), the reply carries the rest of the
+        call's report too; a claim that does not fit the room offered breaks the protocol (SB007).
+        Otherwise the judge grows the arena as they need and says where they go (`place`)."""
         if str(reply.get("error")).startswith("out of memory"):  # the driver's, not the candidate's
             raise self._out_of_memory(str(reply["error"]))
         if reply.get("error") is not None:
@@ -449,10 +473,22 @@ class Runner:
                 continue
             offsets.append(offset)
             offset += aligned(spec[2])
-        self._grow(offset)
-        placed = self._request({"op": "place", "offsets": offsets}, "placed")
-        if placed.get("error") is not None:  # the runner ran out of memory placing them
-            raise self._out_of_memory(str(placed["error"]))
+        self._out_room = min(offset - start, OUTPUT_ROOM_LIMIT)
+        claim = reply.get("placed", False)
+        if claim is True:
+            if end is None or offset > min(end, self.arena.size):
+                self._stop_for("said it placed outputs where the judge offered no room", "SB007")
+                raise _failure(self, "the runner said it placed outputs where the judge offered no room",
+                               "SB007")
+            placed = reply
+        elif claim is False:
+            self._grow(offset)
+            placed = self._request({"op": "place", "offsets": offsets}, "placed")
+            if placed.get("error") is not None:  # the runner ran out of memory placing them
+                raise self._out_of_memory(str(placed["error"]))
+        else:
+            self._stop_for("sent a malformed result", "SB007")
+            raise _failure(self, "the runner sent a malformed result", "SB007")
         outs = []
         for h, spec, off in zip(headers, specs, offsets, strict=True):
             if spec is None:
@@ -463,7 +499,10 @@ class Runner:
             # A copy, on the device the runner reported: what is compared is the judge's own
             # memory, not the arena.
             outs.append(view.to(self.device if h["device"] == "cuda" else "cpu", copy=True))
-        self.arena.settle()
+        # The copies out of a device arena are queued on this judge's stream, which orders them
+        # before any use of the outputs here; the wait for them before the runner may write the
+        # arena again comes with the next request (`_request`).
+        self._unsettled = True
         return tuple(outs), placed
 
     def _output_spec(self, h: object) -> tuple[torch.dtype, list[int], int] | None:
@@ -484,7 +523,7 @@ class Runner:
         if h.get("subclass") is not None:
             raise _failure(self, f"an output is a torch.Tensor subclass ({str(h['subclass'])[:60]}), "
                                    "not a plain torch.Tensor", "SB007")
-        nbytes = numel(shape) * torch.empty((), dtype=dtype).element_size()
+        nbytes = numel(shape) * dtype.itemsize
         if nbytes > MAX_OUTPUT_BYTES:
             raise _failure(self, f"an output of {nbytes / 2**30:.1f} GB is larger than any task's",
                            "SB007")
@@ -495,13 +534,17 @@ class Runner:
         mirrored into it, as it would be in-process). Raises CandidateRaised when the entry
         raised, CandidateFailure when the runner died, hung or broke the protocol."""
         free, self._freed = self._freed, []
-        specs, end = self._encode(args)
-        reply = self._request({"op": "call", "args": specs, "free": free, "track": track}, "result")
-        outs, placed = self._receive_outputs(reply, end)
+        specs, end = self._encode(args, self._out_room)
+        room = self.arena.size
+        # The outputs may go at once after the inputs, in what is left of the arena ("out": where
+        # that starts and ends): one round trip where they fit (`_receive_outputs`).
+        reply = self._request({"op": "call", "args": specs, "free": free, "track": track,
+                               "out": [end, room]}, "result")
+        outs, placed = self._receive_outputs(reply, end, room)
         report = CallReport(outs=outs, launches=_int(reply.get("launches")),
                             reused=reply.get("reused") is True,
-                            state_changes=[str(c)[:200] for c in reply.get("state_changes") or []][:10])
-        report.mutated = [i for i in placed.get("mutated") or [] if type(i) is int and 0 <= i < len(args)]
+                            state_changes=[str(c)[:200] for c in _list(reply.get("state_changes"))][:10])
+        report.mutated = [i for i in _list(placed.get("mutated")) if type(i) is int and 0 <= i < len(args)]
         if report.mutated:
             finding = Finding(rule="AC001", severity="error", message=f"the candidate wrote to its input "
                               f"{report.mutated[0]} (argument position) in a call",
@@ -512,11 +555,9 @@ class Runner:
             if isinstance(args[i], torch.Tensor):
                 spec = specs[i]
                 args[i].copy_(self.arena.view(spec["off"], args[i].dtype, list(args[i].shape)))
-        if report.mutated:
-            self.arena.settle()
-        report.aliases = [(a[0], a[1]) for a in placed.get("aliases") or []
+        report.aliases = [(a[0], a[1]) for a in _list(placed.get("aliases"))
                           if isinstance(a, list) and len(a) == 2 and all(type(x) is int for x in a)]
-        report.late = [k for k in placed.get("late") or [] if type(k) is int]
+        report.late = [k for k in _list(placed.get("late")) if type(k) is int]
         if report.late:
             self.findings.append(sandbox_finding(
                 "SB010", f"output {report.late[0]} changed after the call returned (work left running on a "
@@ -559,9 +600,10 @@ class Runner:
 
     def bench_reveal(self, index: int) -> tuple:
         """The outputs of kept timed call `index` (chosen after the calls ran)."""
-        reply = self._request({"op": "bench_reveal", "index": index}, "result")
-        outs, placed = self._receive_outputs(reply, 0)
-        late = [k for k in placed.get("late") or [] if type(k) is int]
+        room = self.arena.size
+        reply = self._request({"op": "bench_reveal", "index": index, "out": [0, room]}, "result")
+        outs, placed = self._receive_outputs(reply, 0, room)
+        late = [k for k in _list(placed.get("late")) if type(k) is int]
         if late:
             self.findings.append(sandbox_finding(
                 "SB010", f"output {late[0]} of a timed call changed after it returned (work left running "
@@ -617,6 +659,11 @@ class Runner:
 
 def _int(x: object) -> int:
     return x if type(x) is int else 0
+
+
+def _list(x: object) -> list:
+    """A list the runner reported, or nothing: its items are checked where they are used."""
+    return x if isinstance(x, list) else []
 
 
 class RemoteEntry:

@@ -4,10 +4,13 @@ Started by `gates.judge.client.Runner` as `python -I -c BOOT CONFIG FD`; it cage
 (`gates.runner.cage`), imports torch and triton, installs the audit hook and says "ready".
 Then, one request at a time over its socket (`gates.runner.wire`): load the candidate, call
 its entry on inputs read from the shared arena, or run the measurement loop on it. For a call
-it reports each output's header (dtype, shape, strides, device, exact type), waits for the
-judge to say where in the arena the outputs go, copies them there and reports what else it
-saw: inputs the call wrote to, outputs that alias an input or changed after the call
-returned, threads left running, torch settings changed, functions replaced, Triton launches.
+it snapshots the outputs, waits until no work the call started can still run, and checks the
+outputs and inputs against what they held; it reports each output's header (dtype, shape,
+strides, device, exact type) and what else it saw: inputs the call wrote to, outputs that alias
+an input or changed after the call returned, threads left running, torch settings changed,
+functions replaced, Triton launches. The outputs go into the arena where the judge's request
+offered room for them, with one reply; where they do not fit, the reply carries the headers
+only, and the judge says where they go (after growing the arena) before they are copied there.
 
 All of that is a report from a process the candidate controls: the judge trusts none of it
 to accept anything. It judges the bytes it finds in the arena; the report can only add
@@ -85,10 +88,8 @@ class Arena:
             self.memory.close()
             self.memory = None
 
-    def view(self, offset: int, dtype: Any, shape: list[int], itemsize: int) -> Any:
-        n = itemsize
-        for d in shape:
-            n *= d
+    def view(self, offset: int, dtype: Any, shape: list[int]) -> Any:
+        n = _nbytes(dtype, shape)
         if offset < 0 or offset + n > self.size:
             raise ValueError(f"arena slice {offset}+{n} outside {self.size} bytes")
         return self.bytes[offset:offset + n].view(dtype).view(shape)
@@ -121,7 +122,10 @@ class Driver:
         self.probe: _Probe | None = None
         self.launches = [0]
         self.watched = _watched_functions(torch)
-        self.own = _own_functions()
+        self.own = [(module, vars(module), attr, original)
+                    for (module, attr), original in _own_functions().items()]
+        """(module, its namespace, name, the function as loaded): a module's namespace is the same
+        dict for its whole life, so it is looked up once."""
         self.state = loader.torch_global_state()
         _count_launches(self.launches)
 
@@ -221,8 +225,8 @@ class Driver:
             if getattr(owner, attr, None) is not original:
                 self.recorder.add("SB008", f"the candidate replaced {name}")
                 setattr(owner, attr, original)  # so the driver's own copies stay honest
-        for (module, attr), original in self.own.items():
-            if vars(module).get(attr) is not original:
+        for module, namespace, attr, original in self.own:
+            if namespace.get(attr) is not original:
                 self.recorder.add("SB008", f"the candidate replaced the runner's {module.__name__}.{attr}")
                 setattr(module, attr, original)
 
@@ -231,13 +235,13 @@ class Driver:
         """The call's arguments, tensors copied from the arena into slots (one per judge
         tensor, kept across calls so identity-based caching behaves as it would in-process),
         and for each tensor the view of the arena that holds its original contents."""
-        torch, args, tensors = self.torch, [], []
+        args, tensors = [], []
         for i, spec in enumerate(specs):
             if spec["t"] != "tensor":
                 args.append(spec.get("v"))
                 continue
             dtype = self.dtypes[spec["dtype"]]
-            view = self.arena.view(int(spec["off"]), dtype, list(spec["shape"]), _itemsize(torch, dtype))
+            view = self.arena.view(int(spec["off"]), dtype, list(spec["shape"]))
             slot = self.slots.get(spec["slot"])
             if slot is None or slot.dtype != dtype or list(slot.shape) != list(spec["shape"]):
                 slot = self.new_slot(list(view.shape), dtype)
@@ -273,7 +277,7 @@ class Driver:
         n = 1
         for d in shape:
             n *= d
-        itemsize = _itemsize(torch, dtype)
+        itemsize = dtype.itemsize
         if not n:
             return torch.empty(shape, dtype=dtype, device=self.device)
         top = self.SLOT_ALIGNMENTS[-1]
@@ -295,7 +299,12 @@ class Driver:
             self.slots.pop(slot, None)
         try:
             args, tensors = self.tensor_args(message["args"])
-            pristine = [(i, t, v if self.device == "cpu" else t.clone()) for i, t, v in tensors]
+            room = _room(message.get("out"))
+            # What each input held before the call: the arena's view of it where that is on the
+            # slot's device (it stays as the judge wrote it: outputs go after the inputs; a host
+            # mapping lives while viewed, and `deliver` clones device views before the judge may
+            # replace the arena), else a clone.
+            pristine = [(i, t, v if v.device == t.device else t.clone()) for i, t, v in tensors]
         except (KeyError, ValueError, TypeError) as exc:
             self.reply({"op": "result", "error": f"bad call from the judge: {exc}", "outs": []})
             return
@@ -319,15 +328,17 @@ class Driver:
         if sys.getrecursionlimit() != limit:
             self.recorder.add("SB006", "the candidate changed the recursion limit")
             sys.setrecursionlimit(limit)
-        changed = [f"{k}: {state[k]!r} -> {v!r}" for k, v in loader.torch_global_state().items()
-                   if state.get(k) != v]
-        loader.restore_torch_global_state(self.state)
+        after = loader.torch_global_state()
+        changed = [f"{k}: {state[k]!r} -> {v!r}" for k, v in after.items() if state.get(k) != v]
+        if after != self.state:
+            loader.restore_torch_global_state(self.state)
         self.check_tampering()
         track = bool(message.get("track"))
         try:
-            outs = self.deliver(result, error, extra={
+            outs, reply = self.deliver(result, error, extra={
                 "state_changes": changed, "launches": self.launches[0] - launches,
-                "reused": track and self.outputs_overwritten()})
+                "reused": track and self.outputs_overwritten()}, room=room, pristine=pristine,
+                specs=message["args"])
         except Exception as exc:  # noqa: BLE001 - an output object that breaks when looked at
             self.recorder.add("SB007", f"an output could not be read as a tensor ({type(exc).__name__})")
             error = f"an output could not be read: {loader.describe_exception(exc)}"
@@ -335,95 +346,156 @@ class Driver:
             return
         if outs is None:
             return
-        mutated = []
-        try:
-            for i, t, original in pristine:
-                if not _same_bits(self.torch, t, original):
-                    mutated.append(i)
-                    # The judge mirrors the write into its own tensor; from the arena as it is
-                    # now (placing the outputs may have replaced it).
-                    spec, size = message["args"][i], _itemsize(self.torch, t.dtype)
-                    self.arena.view(int(spec["off"]), t.dtype, list(t.shape), size).copy_(t)
-            self.arena.settle(self.torch)
-            if track:
+        if track:
+            try:
                 self.previous = [(o, o.clone()) for o in outs if _is_tensor(self.torch, o)]
-        except Exception as exc:
-            if not self.out_of_memory(exc):
-                raise
-            self.reply_placed_out_of_memory(exc)
-            return
+            except Exception as exc:
+                if not self.out_of_memory(exc):
+                    raise
+                self.reply_placed_out_of_memory(exc, reply["op"])
+                return
         storage = lambda t: t.untyped_storage().data_ptr()
-        aliases = [[k, i] for k, out in enumerate(outs) if _is_tensor(self.torch, out)
-                   for i, t, _ in tensors if storage(out) == storage(t)]
+        reply["aliases"] = [[k, i] for k, out in enumerate(outs) if _is_tensor(self.torch, out)
+                            for i, t, _ in tensors if storage(out) == storage(t)]
         if threading.active_count() > threads:
             self.recorder.add("SB004", "the candidate left a thread running after its call returned")
-        self.reply({"op": "placed", "mutated": mutated, "aliases": aliases, "late": self.late})
+        self.reply(reply)
 
-    def reply_placed_out_of_memory(self, exc: BaseException) -> None:
-        """The answer to `place` when the driver's copies ran out of memory: the call failed."""
-        self.reply({"op": "placed", "error": f"out of memory: the runner could not place the outputs: "
-                                             f"{loader.describe_exception(exc)}",
-                    "mutated": [], "aliases": [], "late": []})
+    def reply_placed_out_of_memory(self, exc: BaseException, op: str = "placed") -> None:
+        """The answer to `place` (or to `call`, where the outputs went at once) when the driver's
+        copies ran out of memory: the call failed."""
+        self.reply({"op": op, "error": f"out of memory: the runner could not place the outputs: "
+                                       f"{loader.describe_exception(exc)}",
+                    "outs": [], "mutated": [], "aliases": [], "late": []})
 
     def outputs_overwritten(self) -> bool:
-        return any(not _same_bits(self.torch, o, copy) for o, copy in self.previous)
+        return any(_differ(self.torch, self.previous, self.device)[0])
 
-    def deliver(self, result: Any, error: str | None, extra: dict) -> list[Any] | None:
-        """Send the outputs' headers, copy them where the judge says, and check that they stay
-        as copied once the device is idle (work left running after return would change them)."""
+    def header(self, out: Any) -> dict:
         torch = self.torch
+        if isinstance(out, torch.Tensor) and out.layout == torch.strided and not out.is_meta and \
+                str(out.dtype).removeprefix("torch.") in self.dtypes:
+            return {"t": "tensor", "dtype": str(out.dtype).removeprefix("torch."),
+                    "shape": list(out.shape), "strides": list(out.stride()), "device": out.device.type,
+                    "subclass": None if type(out) is torch.Tensor else type(out).__name__[:80]}
+        return {"t": "other", "type": type(out).__name__[:80]}
+
+    def layout(self, headers: list[dict], room: tuple[int, int] | None) -> list[int | None] | None:
+        """Where the outputs go when the judge offered room for them (`room`: the first byte and
+        the end of it): one after the other from the first byte, each at the arena's alignment,
+        as the judge lays them out itself; None when they do not all fit, or when an output is a
+        tensor subclass (the judge refuses those from their header, and the driver does not copy
+        them)."""
+        if room is None:
+            return None
+        offset, end = room
+        offsets: list[int | None] = []
+        for h in headers:
+            if h["t"] != "tensor":
+                offsets.append(None)
+                continue
+            if h["subclass"] is not None:
+                return None
+            offsets.append(offset)
+            offset += wire.aligned(_nbytes(self.dtypes[h["dtype"]], h["shape"]))
+        return offsets if offset <= min(end, self.arena.size) else None
+
+    def deliver(self, result: Any, error: str | None, extra: dict, room: tuple[int, int] | None = None,
+                pristine: list = (), specs: list | None = None) -> tuple[list[Any] | None, dict | None]:
+        """Put the outputs in the arena and check them and the inputs (`check`): at once where the
+        judge offered room (`room`) and they fit, else where the judge says once it has seen their
+        headers (it refuses some from the header alone, before any copy is made: a giant view, a
+        subclass). The outputs and the reply to complete and send (the call's result with the
+        checks, or the answer to `place`); (None, None) when what there was to say was said."""
         self.late = []
         if error is not None:
             self.reply({"op": "result", "error": error, "outs": [], **extra})
-            return None
+            return None, None
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
-        headers = []
-        for out in outs:
-            if isinstance(out, torch.Tensor) and out.layout == torch.strided and not out.is_meta and \
-                    str(out.dtype).removeprefix("torch.") in self.dtypes:
-                headers.append({"t": "tensor", "dtype": str(out.dtype).removeprefix("torch."),
-                                "shape": list(out.shape), "strides": list(out.stride()),
-                                "device": out.device.type,
-                                "subclass": None if type(out) is torch.Tensor else type(out).__name__[:80]})
-            else:
-                headers.append({"t": "other", "type": type(out).__name__[:80]})
-        self.reply({"op": "result", "error": None, "outs": headers, **extra})
+        headers = [self.header(out) for out in outs]
+        offsets = self.layout(headers, room)
+        reply = {"op": "result", "error": None, "outs": headers, **extra}
+        if offsets is not None:
+            try:
+                mutated = self.check(outs, headers, offsets, pristine, specs)
+            except Exception as exc:
+                if not self.out_of_memory(exc):
+                    raise
+                self.reply_placed_out_of_memory(exc, "result")
+                return None, None
+            return outs, {**reply, "placed": True, "mutated": mutated, "late": self.late}
+        try:
+            if self.arena.on_device:  # its views go if the judge replaces the arena to make room
+                pristine = [(i, t, original.clone()) for i, t, original in pristine]
+        except Exception as exc:
+            if not self.out_of_memory(exc):
+                raise
+            self.reply_placed_out_of_memory(exc, "result")
+            return None, None
+        self.reply(reply)
         place = self.receive()
         if place.get("op") != "place":
-            return None
-        offsets = place["offsets"]
+            return None, None
         try:
-            copies = []
-            for k, (out, header, off) in enumerate(zip(outs, headers, offsets, strict=True)):
-                if header["t"] != "tensor" or off is None:
-                    continue
-                dtype = self.dtypes[header["dtype"]]
-                dst = self.arena.view(int(off), dtype, header["shape"], _itemsize(torch, dtype))
-                out = torch.Tensor.detach(out)
-                # What the output held when the call returned: on the GPU a device-side snapshot
-                # (the check then compares on the device; a host copy of a vocabulary-sized output
-                # compared on the CPU cost seconds per stage), on the CPU the arena copy itself.
-                if out.device.type == "cpu":
-                    dst.copy_(out)
-                    snap = dst
-                else:
-                    snap = out.clone()
-                copies.append((k, out, dst, snap))
-            if self.device != "cpu":
-                torch.cuda.synchronize()
-            else:
-                time.sleep(0.001)
-            self.late = [k for k, out, _, snap in copies if not _same_bits(torch, out, snap)]
-            for _, _, dst, snap in copies:
-                if snap is not dst:
-                    dst.copy_(snap)
-            self.arena.settle(torch)
+            mutated = self.check(outs, headers, place["offsets"], pristine, specs)
         except Exception as exc:
             if not self.out_of_memory(exc):
                 raise
             self.reply_placed_out_of_memory(exc)
-            return None
-        return outs
+            return None, None
+        return outs, {"op": "placed", "mutated": mutated, "late": self.late}
+
+    def check(self, outs: list[Any], headers: list[dict], offsets: list, pristine: list,
+              specs: list | None) -> list[int]:
+        """Snapshot the outputs as the call returned them, wait until nothing the call started can
+        still run (late work would change them after return: `self.late`), check the outputs and
+        the inputs (`pristine`) against what they held, and leave the outputs at `offsets` in the
+        arena; the inputs the call wrote to."""
+        torch = self.torch
+        # What each output held when the call returned: its place in the arena itself where that
+        # is on the output's device (the check compares there); else a copy on its device (a host
+        # copy of a vocabulary-sized output compared on the CPU cost seconds per stage).
+        copies = []
+        for k, (out, header, off) in enumerate(zip(outs, headers, offsets, strict=True)):
+            if header["t"] != "tensor" or header["subclass"] is not None or off is None:
+                continue
+            out = torch.Tensor.detach(out)
+            dst = self.arena.view(int(off), self.dtypes[header["dtype"]], header["shape"])
+            if dst.device == out.device:
+                dst.copy_(out)
+                snap = dst
+            else:
+                snap = out.clone()
+            copies.append((k, out, dst, snap))
+        if self.device != "cpu":
+            torch.cuda.synchronize()
+        else:
+            time.sleep(0.001)
+        changed, synced = _differ(torch, [(out, snap) for _, out, _, snap in copies] +
+                                  [(t, original) for _, t, original in pristine], self.device)
+        self.late = [k for (k, *_), late in zip(copies, changed, strict=False) if late]
+        mutated = [i for (i, *_), wrote in zip(pristine, changed[len(copies):], strict=True) if wrote]
+        self.place(copies, mutated, pristine, specs, settled=synced)
+        return mutated
+
+    def place(self, copies: list, mutated: list[int], pristine: list, specs: list | None,
+              settled: bool = False) -> None:
+        """Copy the outputs' snapshots that are not already in the arena to their places, and the
+        inputs the call wrote to into theirs (the judge mirrors such a write into its own tensor,
+        from the arena as it is now: placing the outputs may have replaced it); then wait until
+        the judge can read it all (`settled`: the device was synchronised after the last copy
+        into the arena, and nothing was queued since)."""
+        wrote = False
+        for _, _, dst, snap in copies:
+            if snap is not dst:
+                dst.copy_(snap)
+                wrote = True
+        for i, t, _ in pristine:
+            if i in mutated:
+                self.arena.view(int(specs[i]["off"]), t.dtype, list(t.shape)).copy_(t)
+                wrote = True
+        if wrote or not settled:
+            self.arena.settle(self.torch)
 
     # Benchmark --------------------------------------------------------------------------
     def bench_prepare(self, message: dict) -> None:
@@ -466,12 +538,12 @@ class Driver:
         if not 0 <= index < len(kept):
             self.reply({"op": "result", "error": f"no timed call {index} kept", "outs": []})
             return
-        outs = self.deliver(kept[index], None, extra={})
+        outs, reply = self.deliver(kept[index], None, extra={}, room=_room(message.get("out")))
         if outs is not None:
             probes = self.prepared.probes
             if index < len(probes):  # as it stood when its timing ended, against as it is now
                 self.late += [k for k in self.probe.changed(probes[index], outs) if k not in self.late]
-            self.reply({"op": "placed", "mutated": [], "aliases": [], "late": self.late})
+            self.reply({**reply, "mutated": [], "aliases": [], "late": self.late})
 
 
 class _Probe:
@@ -511,8 +583,18 @@ class _Probe:
                 and not torch.equal(sample, self.sample(out).to(sample.device))]
 
 
-def _itemsize(torch: Any, dtype: Any) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+def _nbytes(dtype: Any, shape: list[int]) -> int:
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+    return n
+
+
+def _room(out: object) -> tuple[int, int] | None:
+    """The room the judge offered a call's outputs in the arena: (first byte, end), or None."""
+    if isinstance(out, list) and len(out) == 2 and all(type(x) is int for x in out) and 0 <= out[0] <= out[1]:
+        return out[0], out[1]
+    return None
 
 
 def _is_tensor(torch: Any, x: Any) -> bool:
@@ -526,6 +608,29 @@ def _bits(torch: Any, t: Any) -> Any:
     if t.is_floating_point():
         return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
     return t
+
+
+def _differ(torch: Any, pairs: list[tuple[Any, Any]], device: str) -> tuple[list[bool], bool]:
+    """For each pair of tensors, whether their bits differ (as `not _same_bits`); and whether the
+    device was synchronised after everything queued before (so also after the comparisons). On a
+    GPU the comparisons are queued and read back with one synchronisation, where each
+    `torch.equal` would be one."""
+    if not pairs:
+        return [], False
+    if device == "cpu" or all(a.device.type == "cpu" for a, _ in pairs):
+        return [not _same_bits(torch, a, b) for a, b in pairs], False
+    flags = []
+    for a, b in pairs:
+        if a.shape != b.shape or a.dtype != b.dtype:
+            flags.append(torch.ones((), dtype=torch.bool, device=device))
+            continue
+        if a.device != b.device:
+            a, b = a.cpu(), b.cpu()
+        flags.append(torch.ne(_bits(torch, a), _bits(torch, b)).any().to(device))
+    host = torch.empty(len(flags), dtype=torch.bool, pin_memory=True)
+    host.copy_(torch.stack(flags), non_blocking=True)
+    torch.cuda.synchronize()
+    return [bool(x) for x in host.tolist()], True
 
 
 def _same_bits(torch: Any, a: Any, b: Any) -> bool:
@@ -542,10 +647,11 @@ def _watched_functions(torch: Any) -> dict[str, tuple[Any, str, Any]]:
 
     out = {}
     for owner, prefix, names in (
-            (torch, "torch.", ("equal", "allclose", "isclose", "empty", "empty_like", "zeros", "cat",
-                               "frombuffer", "testing")),
+            (torch, "torch.", ("equal", "ne", "stack", "allclose", "isclose", "empty", "empty_like", "zeros",
+                               "cat", "frombuffer", "testing")),
             (torch.Tensor, "torch.Tensor.", ("copy_", "clone", "view", "detach", "cpu", "to", "__eq__",
-                                             "untyped_storage", "data_ptr", "stride", "contiguous")),
+                                             "any", "tolist", "untyped_storage", "data_ptr", "stride",
+                                             "contiguous")),
             (builtins, "builtins.", ("isinstance", "type", "len", "getattr", "open", "__import__",
                                      "print", "zip", "list")),
             (torch.cuda, "torch.cuda.", ("synchronize", "current_stream", "set_stream", "stream", "Event",
@@ -635,6 +741,7 @@ def _warm_torch(torch: Any) -> None:
             host = torch.zeros(4, dtype=dtype)
             dev = host.to("cuda")
             torch.equal(_bits(torch, dev), _bits(torch, dev.clone()))
+            _differ(torch, [(dev, dev.clone())], "cuda")
             host.copy_(dev)
         except Exception:  # noqa: BLE001 - a dtype this GPU or torch cannot copy or compare
             continue

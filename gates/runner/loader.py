@@ -10,6 +10,7 @@ This module imports no torch at import time.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -108,7 +109,10 @@ def candidate_entry(path: str | Path, entry: str) -> tuple[LoadedCandidate, Call
 
 
 # Global torch state: snapshot and restore (worker hygiene, anti-cheat) ---------------------
+@functools.cache
 def _torch_settings() -> dict[str, tuple[Callable[[], Any], Callable[[Any], None]]]:
+    """Built once, on first use (in a runner, before any candidate loads): the getters and
+    setters are torch's own even if a candidate replaces them later."""
     import torch
 
     def attr(obj: Any, name: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:

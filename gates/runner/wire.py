@@ -11,6 +11,14 @@ import struct
 MAX_HEADER = 1 << 20
 """Bytes one header may take; a longer one is a protocol violation."""
 _LENGTH = struct.Struct("!I")
+ALIGN = 256
+"""Each tensor in the arena starts at a multiple of this many bytes: inputs one after the other
+from the start, a call's outputs one after the other from where the judge says (both sides lay
+them out with `aligned`)."""
+
+
+def aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
 class WireError(Exception):

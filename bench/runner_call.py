@@ -1,0 +1,129 @@
+"""What one call of a caged candidate costs: the judge's `RemoteEntry` into a runner
+(`gates.judge.client.Runner`, `gates/runner/driver.py`), against the same function called in
+this process, for a few sizes. The difference is the boundary's fixed cost per call (arena
+copies, the driver's checks, the late-work wait, the messages): the model check makes ~30k such
+calls per kernel set, the dynamic gate many too.
+
+    python bench/runner_call.py                    # CPU, every case
+    python bench/runner_call.py --device cuda      # the same on the GPU (device arena by default;
+                                                   # AGENTLOOP_ARENA=host for the host arena)
+    python bench/runner_call.py --cases tiny --calls 2000 --json out.json
+
+Cases: `tiny` (rms_norm of 2 rows of 64), `rows` (rms_norm of 256 rows of 4096), `linear` (8 rows
+through a 14336 x 4096 weight with bias). float32 on the CPU, bfloat16 on the GPU. The candidate
+is plain torch (no Triton), so what is timed is the boundary, not a kernel; every call's output
+is checked against the in-process one once, before timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # a bench script: run from a checkout that may not be installed
+
+import torch  # noqa: E402
+
+CODE = {
+    "rms_norm": "import torch\n\ndef rms_norm(x, weight, eps):\n"
+                "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)\n",
+    "linear": "import torch\n\ndef linear(x, weight, bias):\n"
+              "    return torch.nn.functional.linear(x, weight, bias)\n",
+}
+CASES = {  # name: (task, entry's arguments as shapes or values, calls on the CPU, calls on the GPU)
+    "tiny": ("rms_norm", [(2, 64), (64,), 1e-6], 2000, 5000),
+    "rows": ("rms_norm", [(256, 4096), (4096,), 1e-6], 500, 3000),
+    "linear": ("linear", [(8, 4096), (14336, 4096), (14336,)], 20, 1000),
+}
+
+
+def arguments(spec: list, device: str, dtype: torch.dtype) -> list:
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(a, generator=gen).to(device, dtype) if isinstance(a, tuple) else a for a in spec]
+
+
+def timed(fn, args: list, calls: int, device: str, repeats: int) -> list[float]:
+    """Milliseconds per call, `repeats` times over `calls` back-to-back calls."""
+    out = []
+    for _ in range(repeats):
+        if device != "cpu":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(*args)
+        if device != "cpu":
+            torch.cuda.synchronize()
+        out.append((time.perf_counter() - start) / calls * 1e3)
+    return out
+
+
+def direct(task: str):
+    namespace: dict = {}
+    exec(compile(CODE[task], f"<{task}>", "exec"), namespace)  # noqa: S102 - our own candidate
+    return namespace[task]
+
+
+def measure(case: str, device: str, calls: int | None, repeats: int) -> dict:
+    from gates.contract import get_task
+    from gates.judge.client import RemoteEntry, Runner
+    from gates.judge.runner_pool import reference_dirs
+
+    task, spec, cpu_calls, gpu_calls = CASES[case]
+    calls = calls or (cpu_calls if device == "cpu" else gpu_calls)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    args = arguments(spec, device, dtype)
+    fn = direct(task)
+    runner = Runner(device, reference_dirs=reference_dirs(get_task(task)))
+    try:
+        runner.load(CODE[task], get_task(task).entry)
+        entry = RemoteEntry(runner)
+        got, want = entry(*args)[0], fn(*args)
+        assert torch.equal(got, want), f"{case}: the runner's output differs from the function's"
+        warm = max(5, calls // 10)
+        timed(entry, args, warm, device, 1)
+        timed(fn, args, warm, device, 1)
+        caged = timed(entry, args, calls, device, repeats)
+        plain = timed(fn, args, calls, device, repeats)
+        findings = [f"{f.rule}: {f.message}" for f in runner.take_findings()]
+    finally:
+        runner.stop()
+    row = {"case": case, "device": device, "calls": calls, "repeats": repeats,
+           "runner_ms": statistics.median(caged), "runner_ms_min": min(caged),
+           "direct_ms": statistics.median(plain), "arena": type(runner.arena).__name__,
+           "findings": findings}
+    row["overhead_ms"] = row["runner_ms"] - row["direct_ms"]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES))
+    parser.add_argument("--calls", type=int, default=None, help="calls per repeat (default: per case)")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats per case (the median is shown)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no GPU here")
+    rows = []
+    print(f"{'case':8} {'calls':>6} {'runner ms':>10} {'min':>8} {'direct ms':>10} {'overhead':>9}  arena")
+    for case in args.cases.split(","):
+        row = measure(case.strip(), args.device, args.calls, args.repeats)
+        rows.append(row)
+        print(f"{row['case']:8} {row['calls']:6d} {row['runner_ms']:10.3f} {row['runner_ms_min']:8.3f} "
+              f"{row['direct_ms']:10.3f} {row['overhead_ms']:9.3f}  {row['arena']}"
+              + (f"  findings: {row['findings']}" if row["findings"] else ""), flush=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"torch": torch.__version__, "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

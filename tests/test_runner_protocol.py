@@ -1,0 +1,172 @@
+"""A call into a caged runner (gates.judge.client.Runner, gates/runner/driver.py): outputs that
+fit the room the judge offers after the inputs come back with one round trip, larger ones with
+the two-step placing; both report the same checks (inputs written, aliases, late work), and a
+reply that lies about where the outputs are, or reports malformed checks, is not trusted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gates.contract import get_task
+from gates.judge import client
+from gates.judge.client import CandidateFailure
+from gates.judge.runner_pool import Runners, reference_dirs
+from gates.runner import wire
+
+RMS = get_task("rms_norm")
+BIG = 1 << 22  # floats: 16 MB, more than the arena a small call makes room for
+
+WRITES_AND_ALIASES = ("import torch\n"
+                      "def rms_norm(x, weight, eps):\n"
+                      "    x.add_(1)\n"
+                      "    return x * weight, x, torch.full((SIZE,), 3.0, device=x.device)\n")
+
+LATE = ("import threading, time\nimport torch\n"
+        "def _keep_writing(out):\n"
+        "    for _ in range(400):\n"
+        "        out.add_(1)\n"
+        "        time.sleep(0.0001)\n"
+        "def rms_norm(x, weight, eps):\n"
+        "    out = torch.zeros(SIZE)\n"
+        "    threading.Thread(target=_keep_writing, args=(out,), daemon=True).start()\n"
+        "    return out\n")
+
+# The runner's driver patched from the candidate's own process (its class's methods are within
+# reach there): every output goes to the start of the arena, and the reply says it was placed.
+LIES_ABOUT_PLACEMENT = ("import sys\nimport torch\n"
+                        "Driver = sys.modules['gates.runner.driver'].Driver\n"
+                        "Driver.layout = lambda self, headers, room: [0 if h['t'] == 'tensor' else None\n"
+                        "                                             for h in headers]\n"
+                        "def rms_norm(x, weight, eps):\n"
+                        "    return torch.ones(SIZE)\n")
+
+MALFORMED_REPORT = ("import sys\nimport torch\n"
+                    "Driver = sys.modules['gates.runner.driver'].Driver\n"
+                    "_reply = Driver.reply\n"
+                    "def reply(self, header):\n"
+                    "    if header.get('op') == 'result' and header.get('outs'):\n"
+                    "        header.update(mutated=5, aliases='0', late={'k': 1}, state_changes=7)\n"
+                    "    _reply(self, header)\n"
+                    "Driver.reply = reply\n"
+                    "def rms_norm(x, weight, eps):\n"
+                    "    return x * weight\n")
+
+
+@pytest.fixture
+def runners():
+    pool = Runners()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def requests(monkeypatch):
+    """The ops of the requests the judge sends, in order."""
+    sent: list[str] = []
+    send = wire.send
+
+    def counting(sock, header, fds=()):
+        sent.append(header.get("op"))
+        return send(sock, header, fds)
+
+    monkeypatch.setattr(client.wire, "send", counting)
+    return sent
+
+
+def runner_for(runners: Runners, code: str, size: int, device: str = "cpu"):
+    runner, _ = runners.for_code(code.replace("SIZE", str(size)), "rms_norm", device, reference_dirs(RMS))
+    runner.wait_ready()
+    return runner
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                               reason="needs a GPU"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_outputs_that_fit_come_back_with_one_round_trip_and_every_check(runners, requests, device):
+    runner = runner_for(runners, WRITES_AND_ALIASES, 8, device)
+    x, w = torch.zeros(2, 4, device=device), torch.full((4,), 2.0, device=device)
+    requests.clear()
+    report = runner.call([x, w, 1e-6])
+    assert requests == ["arena", "call"]  # no "place": the outputs went into the room the call offered
+    assert torch.equal(report.outs[0], torch.full((2, 4), 2.0, device=device))
+    assert torch.equal(report.outs[1], torch.ones(2, 4, device=device))
+    assert torch.equal(report.outs[2], torch.full((8,), 3.0, device=device))
+    assert report.mutated == [0] and torch.equal(x, torch.ones(2, 4, device=device))  # the write is mirrored
+    assert report.aliases == [(1, 0)] and report.late == []
+    assert [f.rule for f in runner.take_findings()] == ["AC001"]
+    requests.clear()
+    again = runner.call([x, w, 1e-6])
+    assert torch.equal(again.outs[1], torch.full((2, 4), 2.0, device=device)) and requests == ["call"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_outputs_that_do_not_fit_are_placed_in_two_steps_then_the_next_call_has_room(runners, requests,
+                                                                                      device):
+    runner = runner_for(runners, WRITES_AND_ALIASES, BIG, device)
+    x, w = torch.zeros(2, 4, device=device), torch.full((4,), 2.0, device=device)
+    requests.clear()
+    report = runner.call([x, w, 1e-6])
+    # The first arena, the call, a larger arena for the outputs, and where they go in it.
+    assert requests == ["arena", "call", "arena", "place"] and runner.arena.size >= 4 * BIG
+    assert torch.equal(report.outs[0], torch.full((2, 4), 2.0, device=device))
+    assert torch.equal(report.outs[1], torch.ones(2, 4, device=device))
+    assert torch.equal(report.outs[2], torch.full((BIG,), 3.0, device=device))
+    assert report.mutated == [0] and torch.equal(x, torch.ones(2, 4, device=device))  # from the new arena
+    assert report.aliases == [(1, 0)] and report.late == []
+    requests.clear()
+    again = runner.call([x, w, 1e-6])
+    assert requests == ["call"] and torch.equal(again.outs[1], torch.full((2, 4), 2.0, device=device))
+    assert torch.equal(again.outs[2], torch.full((BIG,), 3.0, device=device)) and again.mutated == [0]
+
+
+@pytest.mark.parametrize("size", [8, BIG], ids=["one-trip", "two-step"])
+def test_work_left_running_after_return_is_found_on_either_path(runners, requests, size):
+    runner = runner_for(runners, LATE, size)
+    requests.clear()
+    report = runner.call([torch.zeros(2, 4), torch.ones(4), 1e-6])
+    assert ("place" in requests) == (size == BIG)
+    assert report.late == [0]
+    assert {"SB004", "SB010"} <= {f.rule for f in runner.take_findings()}
+
+
+def test_a_runner_that_says_it_placed_outputs_beyond_the_room_offered_is_stopped(runners):
+    # Just under the 1 MB arena a small call makes: it would fit from the start of the arena, where
+    # the lying driver put it, but not after the inputs, where the room was.
+    runner = runner_for(runners, LIES_ABOUT_PLACEMENT, (1 << 20) // 4 - 32)
+    with pytest.raises(CandidateFailure, match="placed outputs where the judge offered no room") as failed:
+        runner.call([torch.zeros(2, 4), torch.ones(4), 1e-6])
+    assert failed.value.rule == "SB007" and not runner.alive
+    assert "SB007" in {f.rule for f in runner.take_findings()}
+
+
+@pytest.mark.parametrize("placed", ["yes", 1, None])
+def test_a_result_whose_placement_claim_is_not_true_or_false_or_was_not_asked_for_is_refused(runners, placed):
+    runner = runner_for(runners, MALFORMED_REPORT, 8)
+    header = {"t": "tensor", "dtype": "float32", "shape": [4], "strides": [1], "device": "cpu",
+              "subclass": None}
+    reply = {"op": "result", "error": None, "outs": [header], "placed": True if placed is None else placed}
+    with pytest.raises(CandidateFailure) as failed:  # None: placed, where the request offered no room
+        runner._receive_outputs(reply, 0, None if placed is None else runner.arena.size)
+    assert failed.value.rule == "SB007" and not runner.alive
+
+
+def test_a_malformed_report_of_checks_is_dropped_not_trusted(runners):
+    runner = runner_for(runners, MALFORMED_REPORT, 8)
+    x, w = torch.ones(2, 4), torch.full((4,), 2.0)
+    report = runner.call([x, w, 1e-6])
+    assert torch.equal(report.outs[0], x * w)  # judged from the bytes, whatever the report says
+    assert report.mutated == [] and report.aliases == [] and report.late == [] and report.state_changes == []
+    assert runner.alive
+
+
+def test_an_output_the_judge_refuses_from_its_header_is_never_copied(runners):
+    """A 4 TiB view of one element fits no room: its header goes first, and the judge refuses it
+    (SB007) before the driver makes any copy of it (which would run out of memory)."""
+    code = "import torch\ndef rms_norm(x, weight, eps):\n    return torch.zeros(1).expand(2**20, 2**20)\n"
+    runner = runner_for(runners, code, 0)
+    with pytest.raises(CandidateFailure, match="larger than any task's") as failed:
+        runner.call([torch.zeros(2, 4), torch.ones(4), 1e-6])
+    assert failed.value.rule == "SB007"
