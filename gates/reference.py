@@ -3,7 +3,9 @@ and generating inputs with the reference."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import sys
 from functools import cache
 from types import ModuleType
 from typing import Any
@@ -18,10 +20,18 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch
 
 @cache
 def _load(path: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"agentloop_reference_{abs(hash(path))}", path)
+    """The module at `path`, registered in `sys.modules` under a name of its own: torch.compile
+    imports a traced function's module by its name (dynamo's globals of an inlined call)."""
+    name = f"agentloop_reference_{hashlib.sha256(path.encode()).hexdigest()[:16]}"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
     return module
 
 

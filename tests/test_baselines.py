@@ -2,6 +2,7 @@
 and the benchmark times them beside the candidate (speedups per shape and overall), leaving out a
 baseline that cannot run instead of failing the candidate."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,14 @@ def test_a_campaign_can_leave_the_production_baselines_out(production):
     assert result.correct, result.error
     assert all(bool(s.baselines) is production for s in result.shapes)
     assert (result.production_speedup is not None) is production
+
+
+def test_trusted_modules_are_importable_by_their_names():
+    """torch.compile imports a traced function's module by its `__name__` (dynamo does, for the
+    globals of an inlined call): a reference or baseline loaded from its file must be found there."""
+    import importlib
+
+    for task in SUITE.values():
+        for fn in [reference_fn(task), *(baseline_fn(task, b) for b in task.baselines)]:
+            assert importlib.import_module(fn.__module__) is sys.modules[fn.__module__], task.name
+            assert getattr(sys.modules[fn.__module__], fn.__name__) is fn, task.name

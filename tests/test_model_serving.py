@@ -50,3 +50,16 @@ def test_served_only_times_each_set_without_a_check_and_compares_no_tokens():
     assert list(got) == ["eager", "torch-rms"]
     for speed in got.values():
         assert not speed.error and speed.tokens_per_s > 0 and speed.tokens_match is None
+
+
+def test_the_figure_is_the_median_of_rounds_one_of_them_the_checks_requests():
+    """Every round is timed; the check's requests are one of them, at a place the child cannot
+    tell, so a kernel cannot be right only in the compared round and fast in the others."""
+    cfg = load_config("tiny-llama")
+    reqs = make_requests(cfg, 1, 2, 0, fillers=0)
+    got = measure_serving("eager", {}, "tiny-llama", seed=0, requests=reqs, plan_seed=0, device="cpu",
+                          vocab=cfg.vocab_size, rounds=3)
+    assert not got.error and len(got.rounds) == 3 and all(t > 0 for t in got.rounds)
+    assert got.seconds == sorted(got.rounds)[1]
+    checked = check_sets(["eager"], "tiny-llama", requests=1, new_tokens=2, serving=True).sets[0].serving
+    assert checked.tokens_match is True and len(checked.rounds) == 5

@@ -7,17 +7,21 @@ environment (no secrets). It imports torch, Triton and the decoder and draws the
 first (trusted code only), then enters the runner's cage (`gates.runner.cage`: the project,
 homes and temporary folders hidden, no network, limits), and only then imports the set's kernel
 files from its work directory. It serves a warm-up batch of other prompts, says "ready", and on
-"go" serves the check's requests, whose prompts it has not seen before, and sends back their
-tokens. The parent times from "go" to that answer itself and compares the tokens with those
-the caged check produced for the same schedule: no figure of the child's own is believed, and
-a run whose tokens differ is reported as such rather than as a speed.
+each "go" serves a batch of requests whose prompts it has not seen before and sends back their
+tokens. The parent times each round from "go" to that answer itself: ROUNDS rounds of the same
+shapes, one of them (at a place drawn per measurement, which the child cannot tell) the check's
+requests, whose tokens it compares with those the caged check produced for the same schedule;
+the figure is the median round. No figure of the child's own is believed, and a run whose tokens
+differ is reported as such rather than as a speed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,8 +33,11 @@ from pydantic import BaseModel
 from agentloop.model.schedule import Request
 
 WARM_SEED_OFFSET = 7919
-"""The warm-up's prompts are drawn from seed + this: the same shapes' kernels compile, but the
-measured requests' prompts reach the child only with "go"."""
+"""The warm-up's and the other rounds' prompts are the requests' shifted by multiples of this:
+the same shapes' kernels compile, but each round's prompts reach the child only with its "go"."""
+ROUNDS = 5
+"""Timed rounds of the batched schedule (one batch of 16 x 32 tokens takes a quarter of a second on
+the H200: one round alone is noise)."""
 BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2])['sys_path']; "
         "from agentloop.model.serving import child_main; child_main()")
 """`python -I` ignores PYTHONPATH: the parent's path is set before agentloop is imported (on a
@@ -40,7 +47,11 @@ machine where the project is on PYTHONPATH, not installed)."""
 class ServingSpeed(BaseModel):
     tokens_per_s: float = 0.0
     seconds: float = 0.0
+    """The median round's seconds."""
     tokens: int = 0
+    """Tokens one round generates."""
+    rounds: list[float] = []
+    """Every timed round's seconds, in order."""
     tokens_match: bool | None = None
     """The child's tokens equal the caged check's batched tokens (None: none to compare)."""
     error: str = ""
@@ -48,10 +59,12 @@ class ServingSpeed(BaseModel):
 
 def measure_serving(torch_set: str | None, kernels: Mapping[str, str], config: str, *, seed: int,
                     requests: list[Request], plan_seed: int, device: str, vocab: int,
-                    expected: Mapping[int, list[int]] | None = None, timeout: float = 600.0) -> ServingSpeed:
-    """Serve `requests` once continuously batched in a caged child and time it. The ops: the
-    torch set `torch_set` ("eager", "compiled", "reference"; None: eager) for every task not in
-    `kernels` (task -> kernel source)."""
+                    expected: Mapping[int, list[int]] | None = None, timeout: float = 600.0,
+                    rounds: int = ROUNDS) -> ServingSpeed:
+    """Serve `requests` continuously batched in a caged child, timed in `rounds` rounds (one of
+    them these requests, the others theirs with shifted prompts). The ops: the torch set
+    `torch_set` ("eager", "compiled", "reference"; None: eager) for every task not in `kernels`
+    (task -> kernel source)."""
     from gates.judge.environment import runner_environ
     from gates.judge.runner_process import destroy, hidden_paths, keep_paths, next_uid
     from gates.runner import wire
@@ -81,23 +94,30 @@ def measure_serving(torch_set: str | None, kernels: Mapping[str, str], config: s
     child.close()
     parent.settimeout(timeout)
     try:
-        warm = [r.model_copy(update={"prompt": [(t + WARM_SEED_OFFSET) % vocab for t in r.prompt]})
-                for r in requests]
-        wire.send(parent, {"op": "warm", "requests": [r.model_dump() for r in warm]})
+        def shifted(k: int) -> list[dict]:
+            return [r.model_copy(update={"prompt": [(t + k * WARM_SEED_OFFSET) % vocab for t in r.prompt]})
+                    .model_dump() for r in requests]
+
+        wire.send(parent, {"op": "warm", "requests": shifted(1)})
         ready = wire.recv(parent)[0]
         if ready.get("op") != "ready":
             return ServingSpeed(error=f"the serving process failed: {str(ready.get('error'))[:300]}")
-        start = time.perf_counter()
-        wire.send(parent, {"op": "go", "requests": [r.model_dump() for r in requests]})
-        done = wire.recv(parent)[0]
-        seconds = time.perf_counter() - start
-        if done.get("op") != "done":
-            return ServingSpeed(error=f"the serving process failed: {str(done.get('error'))[:300]}")
-        got = {int(k): [int(t) for t in v] for k, v in dict(done.get("tokens", {})).items()}
+        checked = secrets.randbelow(rounds)
+        times, got = [], {}
+        for k in range(rounds):
+            start = time.perf_counter()
+            wire.send(parent, {"op": "go", "requests": shifted(0) if k == checked else shifted(k + 2)})
+            done = wire.recv(parent)[0]
+            times.append(time.perf_counter() - start)
+            if done.get("op") != "done":
+                return ServingSpeed(error=f"the serving process failed: {str(done.get('error'))[:300]}")
+            if k == checked:
+                got = {int(k): [int(t) for t in v] for k, v in dict(done.get("tokens", {})).items()}
+        seconds = statistics.median(times)
         tokens = sum(r.new_tokens for r in requests)
         match = None if expected is None else all(got.get(i) == list(t) for i, t in expected.items())
         return ServingSpeed(tokens_per_s=tokens / seconds if seconds > 0 else 0.0, seconds=seconds,
-                            tokens=tokens, tokens_match=match)
+                            tokens=tokens, rounds=times, tokens_match=match)
     except (OSError, wire.WireError, ValueError, TypeError) as exc:
         try:
             with open(log_path, "rb") as f:
@@ -149,11 +169,10 @@ def child_main() -> None:
                 torch.cuda.synchronize()
             return {str(i): r.tokens for i, r in results.items()}
 
-        message = wire.recv(sock)[0]
-        serve(message)
+        serve(wire.recv(sock)[0])
         wire.send(sock, {"op": "ready"})
-        message = wire.recv(sock)[0]
-        wire.send(sock, {"op": "done", "tokens": serve(message)})
+        while True:  # until the parent hangs up (`destroy`)
+            wire.send(sock, {"op": "done", "tokens": serve(wire.recv(sock)[0])})
     except BaseException as exc:  # noqa: BLE001 - one line back to the parent
         from gates.runner.loader import describe_exception
 

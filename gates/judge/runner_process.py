@@ -14,10 +14,11 @@ import threading
 import time
 from pathlib import Path
 
-UID_SLOTS = 16
+UID_SLOTS = 32
 """Runner uids a judge process takes from (alive at once: the current runner, the parked ones and
-the spares, at most 6 with agentloop's pool). A uid is handed out again only once the runner that
-had it was destroyed (`next_uid`), so two live runners never share one."""
+the spares; at most 6 with agentloop's pool, two per op of the decoder with the model check's twin
+runs, 18 on the MoE). A uid is handed out again only once the runner that had it was destroyed
+(`next_uid`), so two live runners never share one."""
 
 
 # Where the runner may look ---------------------------------------------------------------
