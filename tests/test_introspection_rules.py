@@ -165,6 +165,17 @@ def test_bi010_caches_keyed_on_devices_and_shapes_are_fine():
     assert errors(body, entry) == set() and warnings(body, entry) == set()
 
 
+def test_bi010_a_constant_table_is_no_state_but_one_a_call_writes_is():
+    """A library's mapping of mode names, looked up by a key read from itself (liger-kernel's
+    `casting_mode = _str_to_casting_mode[casting_mode]`), is no state across calls; the same
+    table written by a call is."""
+    table = "_MODES = {'llama': 0, 'gemma': 1}\n"
+    lookup = "mode = 'llama'\nif mode in _MODES:\n    mode = _MODES[mode]\n" "mode = _MODES.get(mode, mode)\n"
+    assert errors(table, lookup + HONEST) == set()
+    written = "_MODES[str(mode)] = 2\n"
+    assert "BI010" in errors(table, lookup + written + HONEST)
+
+
 def test_bi010_lazy_global_initialisation_is_fine():
     body = (
         "_SMS = None\ndef _sms():\n    global _SMS\n"
@@ -222,6 +233,16 @@ def test_bi012_literal_names_and_literal_loops_are_fine():
 )
 def test_bi013_code_built_at_run_time_is_an_error(entry):
     assert "BI013" in errors("", entry + HONEST)
+
+
+def test_bi013_an_import_named_by_literal_callers_is_a_warning_any_other_an_error():
+    """liger-kernel's `compare_version(package, ...)` imports `package`, and its callers name it
+    with literals: the gates know which modules, as with `import_module("torch")`."""
+    helper = "import importlib\ndef _version(package):\n    return importlib.import_module(package)\n"
+    assert warnings(helper, "v = _version('torch')\n" + HONEST) == {"BI013"}
+    assert errors(helper, "v = _version('torch')\n" + HONEST) == set()
+    assert "BI013" in errors(helper, "v = _version('o' + 's')\n" + HONEST)
+    assert "BI013" in errors(helper, "f = [_version][0]\n" + HONEST)
 
 
 def test_bi013_own_function_named_compile_and_torch_compile_are_fine():

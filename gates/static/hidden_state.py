@@ -7,6 +7,7 @@ alignment checks before vectorised loads are what libraries do: warnings at most
 from __future__ import annotations
 
 import ast
+import functools
 
 from gates.static.module_view import (
     ADDRESS_BUILTINS,
@@ -129,7 +130,7 @@ def _bad_key(m: Module, key: ast.AST, fn: ast.AST, tensors: set[str], depth: int
                 and not (isinstance(parent, ast.Call) and parent.args and m.qual(parent.func) in ("len",))
             ):
                 return f"the tensor `{node.id}` itself (its identity)"
-            if m.state.get(node.id) in ("container", "counter") and not shaped:
+            if m.state.get(node.id) in ("container", "counter") and not shaped and node.id not in _tables(m):
                 return f"module-level state `{node.id}`"
             if depth < 3 and node.id in assigned and not shaped:
                 for value in assigned[node.id]:
@@ -137,6 +138,54 @@ def _bad_key(m: Module, key: ast.AST, fn: ast.AST, tensors: set[str], depth: int
                     if why:
                         return why
     return None
+
+
+READ_METHODS = {"get", "keys", "values", "items", "copy", "__contains__", "__getitem__", "count", "index"}
+
+
+@functools.lru_cache(maxsize=64)
+def _tables(m: Module) -> frozenset[str]:
+    """The module-level containers no call can change: inside functions each is only indexed, tested
+    for membership, or read through `get`/`keys`/`values`/`items` (a constant table, such as a
+    library's mapping of mode names), and the module's own statements only fill it. Any other use
+    (passed on, aliased, a mutating method, `global`) counts as a write. A key read from such a
+    table is no state across calls (`_bad_key`); a table looked up by a tensor's values, identity
+    or address still is."""
+    kept = {n for n, k in m.state.items() if k == "container"}
+    for node in ast.walk(m.tree):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            kept -= set(node.names)
+        if not isinstance(node, ast.Name) or node.id not in kept:
+            continue
+        parent = m.parents.get(node)
+        inside = _in_function(m, node)
+        if isinstance(node.ctx, ast.Store) and not inside:
+            continue  # its definition
+        if isinstance(node.ctx, ast.Load):
+            if isinstance(parent, ast.Subscript) and parent.value is node:
+                if isinstance(parent.ctx, ast.Load) or not inside:
+                    continue  # indexed; or filled by the module's own statements
+            elif isinstance(parent, ast.Compare) and node in parent.comparators and all(
+                isinstance(o, (ast.In, ast.NotIn)) for o in parent.ops
+            ):
+                continue
+            elif (
+                isinstance(parent, ast.Attribute)
+                and parent.attr in READ_METHODS
+                and isinstance(m.parents.get(parent), ast.Call)
+                and m.parents[parent].func is parent
+            ):
+                continue
+        kept.discard(node.id)
+    return frozenset(kept)
+
+
+def _in_function(m: Module, node: ast.AST) -> bool:
+    while node in m.parents:
+        node = m.parents[node]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return True
+    return False
 
 
 def _tensor_params(a: Analysis, fn: ast.AST) -> set[str]:

@@ -377,6 +377,14 @@ def dynamic_code(a: Analysis):
                      f"instead."),
                     "warning",
                 )
+            elif (names := _literal_arguments(m, arg)) is not None:
+                yield (
+                    node.lineno,
+                    (f"`{source_text(node)}` imports a module named by its function's callers, each "
+                     f"with a literal ({', '.join(f'`{n}`' for n in names[:4])}); write the imports "
+                     f"instead."),
+                    "warning",
+                )
             else:
                 yield (
                     node.lineno,
@@ -385,3 +393,34 @@ def dynamic_code(a: Analysis):
                         f"cannot tell which code runs"
                     ),
                 )
+
+
+def _literal_arguments(m, arg: ast.AST | None) -> list[str] | None:
+    """The strings a function's parameter `arg` can be, when the function is the module's own and
+    each of its calls in the module passes a string literal there (liger-kernel's
+    `compare_version("torch", ...)` importing `package`); None when any caller passes something
+    else, or none calls it (it may be called from anywhere)."""
+    if not isinstance(arg, ast.Name):
+        return None
+    fn = m.parents.get(arg)
+    while fn is not None and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        fn = m.parents.get(fn)
+    if fn is None or fn.name not in m.defined:
+        return None
+    params = [p.arg for p in fn.args.posonlyargs + fn.args.args]
+    if arg.id not in params or any(isinstance(t, ast.Name) and t.id == arg.id for n in ast.walk(fn)
+                                   if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                                   for t in (n.targets if isinstance(n, ast.Assign) else [n.target])):
+        return None
+    index, names = params.index(arg.id), []
+    for call, _ in m.calls():
+        if isinstance(call.func, ast.Name) and call.func.id == fn.name:
+            given = next((k.value for k in call.keywords if k.arg == arg.id), None)
+            if given is None and index < len(call.args):
+                given = call.args[index]
+            if not (isinstance(given, ast.Constant) and isinstance(given.value, str)):
+                return None
+            names.append(given.value)
+        elif any(isinstance(n, ast.Name) and n.id == fn.name for n in ast.walk(call) if n is not call.func):
+            return None  # the function passed on: called from elsewhere
+    return sorted(set(names)) or None
