@@ -143,3 +143,63 @@ def test_a_call_on_batched_rows_into_a_value_without_source_is_named():
     (finding,) = static_gate(source, RMS).findings
     assert finding.rule == "BI000" and finding.line == 8 and finding.severity == "warning"
     assert "`fused`, bound to `_add_docstr(torch._C._nn.linear, 'docs')`," in finding.message
+
+
+# Findings in the package's other modules, and the library's own settings ------------------------
+def test_a_finding_in_another_module_of_the_package_names_that_file_and_its_line(package):
+    (package / "api.py").write_text("from mykern.split import rms_norm as _impl\n\nrms_norm_fast = _impl\n")
+    code, static = audit("--entry", "mykern.api:rms_norm_fast")
+    assert code == 1 and rules(static) == ["BI001", "BI001"], static
+    lines = (package / "split.py").read_text().splitlines()
+    for f in static["findings"]:
+        where, _, _ = f["message"].partition(": ")
+        assert f["line"] is None and where.startswith("mykern/split.py line "), f["message"]
+        assert "_kernel[" in lines[int(where.rsplit(" ", 1)[1]) - 1]
+        assert "line 1000" not in f["message"]  # no inlining offsets leak into the text
+
+
+LIBRARY = '''
+import os
+import importlib
+
+import torch
+
+_CACHE = os.environ.get("MYKERN_CACHE_DIR")
+_VENDOR = importlib.import_module(f"mykern._{os.environ.get('MYKERN_VENDOR', 'rows')}")
+
+
+def _op(name):
+    return getattr(_VENDOR, name)
+
+
+def rms_norm(x, weight, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+'''
+
+
+def test_a_librarys_settings_and_dispatch_are_warnings_in_place_and_errors_in_a_candidate(package):
+    (package / "lib.py").write_text(LIBRARY)
+    code, static = audit("--entry", "mykern.lib:rms_norm")
+    assert code == 0 and static["passed"], static
+    evasion = [f for f in static["findings"] if f["rule"] != "BI005"]  # torch's mean: a possible hazard
+    assert {f["rule"] for f in evasion} == {"BI009", "BI012", "BI013"}, static
+    assert all(f["severity"] == "warning" and "library audited in place" in f["message"] for f in evasion)
+    # The same code written as a candidate: an agent's, written to pass, so the rules are errors.
+    result = static_gate(LIBRARY, RMS)
+    assert not result.passed and {f.rule for f in result.findings if f.severity == "error"} == \
+        {"BI009", "BI012", "BI013"}
+
+
+def test_an_adapters_own_environment_read_stays_an_error(package, tmp_path):
+    (package / "lib.py").write_text(LIBRARY)
+    adapter = tmp_path / "adapter.py"
+    adapter.write_text("import os\n\nfrom mykern.lib import rms_norm as rn\n\n\n"
+                       "def rms_norm(x, weight, eps):\n"
+                       "    if os.environ.get('OPENAI_API_KEY'):\n"
+                       "        return x\n"
+                       "    return rn(x, weight, eps)\n")
+    code, static = audit("--entry", "mykern.lib:rms_norm", "--adapter", adapter)
+    (error,) = [f for f in static["findings"] if f["severity"] == "error"]
+    assert code == 1 and error["rule"] == "BI009"
+    assert error["message"].startswith("adapter adapter.py line 7:")

@@ -52,6 +52,8 @@ BATCH_SOURCES = [
     "n = x.size()[0]", "rows = x.view(-1, x.shape[-1])\nn = rows.shape[0]",
     "rows = x.reshape(-1, x.size(-1)).contiguous()\nn = rows.size(0)", "n = x[: x.shape[0] // 2].shape[0]",
     "xf = x.float()\nn = xf.shape[0]", "n = x.t().shape[1]", "n = x.flatten().numel()",
+    # The rows cancel only in a plain element count divided by row counts.
+    "n = (x.numel() + 7) // x.shape[0]", "n = x.numel() // 4",
 ]
 
 
@@ -64,6 +66,9 @@ def test_batch_size_sources(source):
 CLEAN_SOURCES = [
     "n = x.shape[1]", "n = x.size(-1)", "_, n = x.shape", "n = weight.shape[0]", "n = x.stride(0)",
     "n = weight.numel()", "n = x.view(x.shape[0], -1).shape[1]", "n = x.dim()", "n = len(weight)",
+    # Elements per row: FlagGems' `K = x.numel() // M // N` (M the leading extents) for a last-axis op.
+    "n = x.numel() // x.shape[0]", "m = 1\nfor i in range(x.dim() - 1):\n    m *= x.shape[i]\n"
+    "n = x.numel() // m // x.shape[-1]",
 ]
 
 

@@ -17,6 +17,7 @@ The gate never raises on candidate input.
 from __future__ import annotations
 
 import ast
+import re
 import time
 from pathlib import Path
 
@@ -53,6 +54,9 @@ HELPER_BYTES = 200_000
 """Sibling modules larger than this are not inlined (a small helper module, not a library)."""
 HELPERS_TOTAL = 600_000
 """At most this much helper source is inlined into one analysis (a package imports many)."""
+HELPER_LINES = 1_000_000
+"""An inlined helper's lines are numbered from `k * HELPER_LINES` (k its place among the files
+inlined), so a finding in it names its own file and line, not a line of the file audited."""
 
 
 def _helper_file(stmt: ast.ImportFrom, path: Path) -> Path | None:
@@ -101,6 +105,7 @@ def with_helpers(tree: ast.Module, filename: str, depth: int = 0,
             except (SyntaxError, UnicodeDecodeError, OSError):
                 body.append(stmt)
                 continue
+            ast.increment_lineno(helper, len(inlined) * HELPER_LINES)
             inlined[source.resolve()] = size
             body.extend(with_helpers(helper, str(source), depth + 1, inlined).body)
         for alias in stmt.names:  # `from helper import launch as _launch`
@@ -108,6 +113,41 @@ def with_helpers(tree: ast.Module, filename: str, depth: int = 0,
                 body.append(ast.Assign(targets=[ast.Name(alias.asname, ast.Store())],
                                        value=ast.Name(alias.name, ast.Load()), lineno=stmt.lineno))
     return ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
+
+
+def _shown(path: Path, root: Path) -> str:
+    """`path` as a reader finds it: relative to the directory above the audited file's package."""
+    for base in [root.parent, *root.parents]:
+        if not (base / "__init__.py").is_file():
+            try:
+                return str(path.relative_to(base))
+            except ValueError:
+                continue
+    return str(path)
+
+
+def in_helpers(findings: list[Finding], files: list[Path]) -> list[Finding]:
+    """Findings whose lines are in inlined helpers (numbered from `HELPER_LINES`) renamed to the
+    helper's file and line: `flag_gems/runtime/__init__.py line 10: ...`, with no line of the
+    audited file."""
+    if len(files) < 2:
+        return findings
+
+    def named(line: int) -> str:
+        return f"{_shown(files[line // HELPER_LINES], files[0])} line {line % HELPER_LINES}"
+
+    def text(message: str) -> str:
+        return re.sub(r"\bline (\d{7,})", lambda m: named(int(m[1])) if int(m[1]) // HELPER_LINES
+                      < len(files) else m[0], message)
+
+    out = []
+    for f in findings:
+        message = text(f.message)
+        if f.line is not None and f.line >= HELPER_LINES and f.line // HELPER_LINES < len(files):
+            out.append(f.model_copy(update={"line": None, "message": f"{named(f.line)}: {message}"}))
+        else:
+            out.append(f.model_copy(update={"message": message}) if message != f.message else f)
+    return out
 
 
 def not_followed(analysis: Analysis) -> list[Finding]:
@@ -161,14 +201,15 @@ def static_gate(source: str, task: Task, filename: str = "candidate.py") -> Gate
     except SyntaxError as exc:
         return _unusable(f"{filename} line {exc.lineno}: syntax error ({exc.msg})", exc.lineno,
                          "Fix the syntax so the file parses as Python.", start)
+    inlined: dict[Path, int] = {Path(filename).resolve(): 0}
     try:
-        analysis = analyse(with_helpers(tree, filename), task)
+        analysis = analyse(with_helpers(tree, filename, inlined=inlined), task)
     except RecursionError:
         return _unusable(f"{filename}: too deeply nested to analyse", None,
                          "Flatten the nesting of expressions and helper calls.", start)
     if not analysis.host.entry_found:
         return _unusable(f"{filename}: no function named {task.entry!r}", None,
                          f"Define `def {task.entry}(...)` with the parameters of the reference.", start)
-    findings = not_followed(analysis) + run_rules(analysis)
+    findings = in_helpers(not_followed(analysis) + run_rules(analysis), list(inlined))
     passed = not any(f.severity == "error" for f in findings)
     return GateResult(gate="static", passed=passed, seconds=time.perf_counter() - start, findings=findings)

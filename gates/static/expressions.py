@@ -96,6 +96,8 @@ class ExpressionSemantics:
                 if rows is not None:
                     self.facts.torch_ops.append(TorchOp("@", node.lineno, "gemm", rows.rows or ""))
                 return combine([left, right])
+            if _rows_cancel(node, left, right):
+                return CLEAN  # `x.numel() // M // N`: the elements per row, whatever the batch
             for t, scalar in ((left, right), (right, left)):
                 origin = flat_batch(scalar)
                 if t.tensor and t.rows and not t.integer and not scalar.tensor and origin is not None:
@@ -216,3 +218,21 @@ class ExpressionSemantics:
                                               hi.const if node.slice.upper else None])
             return join_all(base.elts).derived(flat_batch(index))
         return combine([base, index])
+
+
+def _all_elements(node: ast.AST) -> bool:
+    """`x.numel()`, or it divided by counts (`x.numel() // M`): every element of a tensor."""
+    while isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Div)):
+        node = node.left
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+        and node.func.attr in {"numel", "nelement"} and not node.args
+
+
+def _rows_cancel(node: ast.BinOp, left: Val, right: Val) -> bool:
+    """A tensor's element count divided by its row count (`x.numel() // x.shape[0]`, FlagGems'
+    `K = x.numel() // M // N` with `M` the product of the leading extents): the rows cancel, so
+    the quotient is the size of one row, the same in every batch."""
+    if not isinstance(node.op, (ast.FloorDiv, ast.Div)) or not _all_elements(node.left):
+        return False
+    counted, divisor = flat_batch(left), flat_batch(right)
+    return bool(counted and counted.row_count and divisor and divisor.row_count)
