@@ -34,23 +34,30 @@ LATE = ("import threading, time\nimport torch\n"
 
 # The runner's driver patched from the candidate's own process (its class's methods are within
 # reach there): every output goes to the start of the arena, and the reply says it was placed.
-LIES_ABOUT_PLACEMENT = ("import sys\nimport torch\n"
-                        "Driver = sys.modules['gates.runner.driver'].Driver\n"
-                        "Driver.layout = lambda self, headers, room: [0 if h['t'] == 'tensor' else None\n"
-                        "                                             for h in headers]\n"
-                        "def rms_norm(x, weight, eps):\n"
-                        "    return torch.ones(SIZE)\n")
+# A runner taken over by its candidate, simulated from inside its process: the driver's own code
+# is put back after every call (SB008), so these rewrite the driver's messages on their way out,
+# in the socket's class, as a candidate that owned the process could.
+TAKE_OVER = ("import json, socket, struct\nimport torch\n"
+             "_sendall = socket.socket.sendall\n"
+             "def sendall(self, data, *args):\n"
+             "    (n,) = struct.unpack('!I', bytes(data[:4]))\n"
+             "    header = json.loads(bytes(data[4:4 + n]))\n"
+             "    if header.get('op') == 'result' and header.get('outs'):\n"
+             "        body = json.dumps(rewrite(header)).encode()\n"
+             "        data = struct.pack('!I', len(body)) + body\n"
+             "    return _sendall(self, data, *args)\n"
+             "socket.socket.sendall = sendall\n")
+LIES_ABOUT_PLACEMENT = TAKE_OVER + (
+    "def rewrite(header):\n"
+    "    return {**header, 'placed': True}\n"
+    "def rms_norm(x, weight, eps):\n"
+    "    return torch.ones(SIZE)\n")
 
-MALFORMED_REPORT = ("import sys\nimport torch\n"
-                    "Driver = sys.modules['gates.runner.driver'].Driver\n"
-                    "_reply = Driver.reply\n"
-                    "def reply(self, header):\n"
-                    "    if header.get('op') == 'result' and header.get('outs'):\n"
-                    "        header.update(mutated=5, aliases='0', late={'k': 1}, state_changes=7)\n"
-                    "    _reply(self, header)\n"
-                    "Driver.reply = reply\n"
-                    "def rms_norm(x, weight, eps):\n"
-                    "    return x * weight\n")
+MALFORMED_REPORT = TAKE_OVER + (
+    "def rewrite(header):\n"
+    "    return {**header, 'mutated': 5, 'aliases': '0', 'late': {'k': 1}, 'state_changes': 7}\n"
+    "def rms_norm(x, weight, eps):\n"
+    "    return x * weight\n")
 
 
 @pytest.fixture

@@ -126,6 +126,11 @@ class Driver:
                     for (module, attr), original in _own_functions().items()]
         """(module, its namespace, name, the function as loaded): a module's namespace is the same
         dict for its whole life, so it is looked up once."""
+        self.own_classes = [(cls, dict(vars(cls))) for cls in _own_classes()]
+        # Bound now, on the object: the check runs as loaded even if the class's is replaced.
+        self.check_tampering = self.check_tampering
+        """(class, its attributes as loaded): a method of the driver replaced on its class
+        (`Driver.next_alignment = ...`) changes what the runner does as surely as a module's name."""
         self.state = loader.torch_global_state()
         _count_launches(self.launches)
 
@@ -229,6 +234,18 @@ class Driver:
             if namespace.get(attr) is not original:
                 self.recorder.add("SB008", f"the candidate replaced the runner's {module.__name__}.{attr}")
                 setattr(module, attr, original)
+        for cls, loaded in self.own_classes:
+            now = cls.__dict__
+            if len(now) == len(loaded) and all(now.get(k) is v for k, v in loaded.items()):
+                continue
+            for attr in [a for a in now if a not in loaded]:
+                self.recorder.add("SB008", f"the candidate added {cls.__qualname__}.{attr} to the runner")
+                type.__delattr__(cls, attr)
+            for attr, original in loaded.items():
+                if now.get(attr) is not original:
+                    self.recorder.add("SB008", f"the candidate replaced the runner's "
+                                               f"{cls.__module__}.{cls.__qualname__}.{attr}")
+                    type.__setattr__(cls, attr, original)
 
     # Calls ------------------------------------------------------------------------------
     def tensor_args(self, specs: list[dict]) -> tuple[list[Any], list[tuple[int, Any, Any]]]:
@@ -676,6 +693,11 @@ def _own_functions() -> dict[tuple[Any, str], Any]:
             if callable(value) and getattr(value, "__module__", None) == name:
                 out[(module, attr)] = value
     return out
+
+
+def _own_classes() -> list[type]:
+    """The classes of the runner's own modules (this package), as loaded."""
+    return list({id(cls): cls for (_, _), cls in _own_functions().items() if isinstance(cls, type)}.values())
 
 
 def _count_launches(counter: list[int]) -> None:
