@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agentloop.model.config import ModelInputError
-from agentloop.model.kernel_sets import KernelSet, compiled_ops, eager_ops, reference_ops
-from agentloop.model.set_spec import KernelSetChoice
+from agentloop.model.kernel_sets import KernelSet, torch_ops
+from agentloop.model.set_spec import TORCH_KINDS, KernelSetChoice
 from gates.contract import get_task
 
 CPU_CALL_DEADLINE_S = 1800.0
@@ -25,20 +25,18 @@ class CagedSet:
     def __init__(self, choice: KernelSetChoice, tasks: list[str], device: str) -> None:
         self.choice, self.device, self.runners = choice, device, []
         self.findings: list[str] = []
-        torch_sets = {"eager": lambda: eager_ops(device, tuple(tasks)),
-                      "compiled": lambda: compiled_ops(tuple(tasks)),
-                      "reference": lambda: reference_ops(tuple(tasks))}
         built: dict[str, KernelSet] = {}
         ops: dict[str, Callable] = {}
         sources: dict[str, str] = {}
         try:
             # Every runner boots in the background at once; loading waits for each in turn.
-            booting = {name: self._boot(name) for name in tasks if choice.choice(name).kind not in torch_sets}
+            booting = {name: self._boot(name) for name in tasks
+                       if choice.choice(name).kind not in TORCH_KINDS}
             for name in tasks:
                 k = choice.choice(name)
-                if k.kind in torch_sets:
+                if k.kind in TORCH_KINDS:
                     if k.kind not in built:
-                        built[k.kind] = torch_sets[k.kind]()
+                        built[k.kind] = torch_ops(k.kind, device, tuple(tasks))
                     ops[name], sources[name] = built[k.kind][name], built[k.kind].sources[name] \
                         if k.origin == k.kind else k.origin
                 else:

@@ -89,6 +89,13 @@ def compiled_ops(tasks: tuple[str, ...] | None = None) -> KernelSet:
                      {t.name: "torch.compile(reference, dynamic=True)" for t in chosen})
 
 
+def torch_ops(kind: str, device: str, tasks: tuple[str, ...] | None = None) -> KernelSet:
+    """The set of one of `set_spec.TORCH_KINDS`: eager, compiled or reference."""
+    if kind == "eager":
+        return eager_ops(device, tasks)
+    return {"compiled": compiled_ops, "reference": reference_ops}[kind](tasks)
+
+
 def file_ops(files: Mapping[str, str | Path], base: KernelSet | None = None) -> KernelSet:
     """Kernel files imported in this process (trusted files only), by task; tasks without a file
     come from `base` (default: the references)."""

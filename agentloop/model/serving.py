@@ -141,7 +141,7 @@ def child_main() -> None:
         import triton  # noqa: F401 - imported before the cage, as a runner does
 
         from agentloop.model.decoder import Decoder, required_ops
-        from agentloop.model.kernel_sets import compiled_ops, eager_ops, reference_ops
+        from agentloop.model.kernel_sets import torch_ops
         from agentloop.model.schedule import batched_plan, run_plan
         from agentloop.model.weights import load_model
         from gates.runner import cage, loader
@@ -149,8 +149,7 @@ def child_main() -> None:
         device = cfg["device"]
         config, weights = load_model(cfg["config"], device, cfg["seed"])
         tasks = tuple(required_ops(config))
-        base = {"eager": lambda: eager_ops(device, tasks), "compiled": lambda: compiled_ops(tasks),
-                "reference": lambda: reference_ops(tasks)}[cfg["torch_set"]]()
+        base = torch_ops(cfg["torch_set"], device, tasks)
         from gates.contract import get_task
 
         entries = {task: get_task(task).entry for task in cfg["kernels"]}

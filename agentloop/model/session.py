@@ -13,7 +13,7 @@ from agentloop.model.config import ModelConfig, ModelInputError
 from agentloop.model.decoder import required_ops
 from agentloop.model.schedule import make_requests
 from agentloop.model.serving import ServingSpeed, measure_serving
-from agentloop.model.set_spec import KernelSetChoice, parse_set
+from agentloop.model.set_spec import TORCH_KINDS, KernelSetChoice, parse_set
 from agentloop.model.shapes import ShapeLog, gate_at_model_shapes
 from agentloop.model.weights import load_model
 
@@ -73,8 +73,6 @@ def serve_sets(specs: list[str], config: str, *, requests: int = 16, new_tokens:
     return {choice.name: _serve(choice, tasks, config, cfg, requests, new_tokens, seed, device, None)
             for choice in (parse_set(spec, tasks, device) for spec in specs)}
 
-
-TORCH_KINDS = ("eager", "compiled", "reference")
 
 
 def _serve(choice: KernelSetChoice, tasks: list[str], config: str, cfg: ModelConfig, requests: int,

@@ -32,7 +32,9 @@ from gates.contract import Task, TaskError, get_task
 
 Kind = Literal["eager", "compiled", "reference", "code", "entry"]
 RUN_MODES = ("baseline", "bi-aware", "fastest-bi")
-SIMPLE = ("eager", "compiled", "reference")
+TORCH_KINDS = ("eager", "compiled", "reference")
+"""The kinds of op torch itself provides (`agentloop.model.kernel_sets.torch_ops`); the others
+(`code`, `entry`) are kernels, which run caged."""
 
 
 class KernelChoice(BaseModel):
@@ -85,7 +87,7 @@ def parse_set(spec: str, tasks: list[str], device: str) -> KernelSetChoice:
     name, _, body = spec.partition("=") if re.match(r"^[\w.-]+=", spec) else ("", "", spec)
     kind, _, arg = body.partition(":")
     name = name or body
-    if kind in SIMPLE:
+    if kind in TORCH_KINDS:
         if arg:
             raise ModelInputError(f"kernel set {spec!r}: {kind} takes no argument")
         return KernelSetChoice(name=name, spec=spec, kernels={
