@@ -53,10 +53,11 @@ def main() -> int:
         rows.append((s.name, s.differing, s.tokens_differing, s.nondeterministic, s.batched_tokens_per_s,
                      served, seconds, s.error or first))
         reports.append({**report.model_dump(mode="json"), "seconds": seconds})
+        phases = ", ".join(f"{k} {v:.1f}" for k, v in s.phases.items())
         print(f"{s.name}: logprobs differ {s.differing}/{report.requests}, tokens differ "
               f"{s.tokens_differing}/{report.requests}, nondeterministic {s.nondeterministic}, "
-              f"{s.batched_tokens_per_s:.0f} tokens/s batched, {seconds:.1f} s; first: {s.error or first}",
-              flush=True)
+              f"{s.batched_tokens_per_s:.0f} tokens/s batched, {seconds:.1f} s ({phases}); "
+              f"first: {s.error or first}", flush=True)
     print(f"\n{report.model} on {args.device}, {args.requests} requests x {args.new_tokens} tokens")
     print(f"{'set':<24}{'logprobs':>9}{'tokens':>8}{'nondet':>7}{'tok/s':>9}{'served':>9}{'s':>7}  "
           f"first divergence")

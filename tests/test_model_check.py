@@ -201,14 +201,15 @@ def test_twin_runners_give_the_alone_runs_of_a_caged_set(monkeypatch):
     class Counted(session.CagedSet):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            made.append(self)
+            made.append(len(self.copies))
 
     monkeypatch.setattr(session, "CagedSet", Counted)
     spec = f"torch-rms=files:rms_norm={Path(__file__).parent / 'fixtures' / 'rms_norm' / 'torch_only.py'}"
     reports = {twin: session.check_sets([spec], "tiny-llama", requests=2, new_tokens=2, twin_runs=twin)
                for twin in (False, True)}
-    assert len(made) == 3  # one set of runners, then two
+    assert made == [1, 2]  # one set of runners, then two copies of them
     alone, twinned = (reports[t].sets[0] for t in (False, True))
     assert not twinned.error and twinned.nondeterministic == 0, twinned
     assert twinned.requests and not twinned.sandbox_findings
+    assert list(twinned.phases) == ["runners", "alone", "batched"]  # no finder's runs: recorded at once
     assert [c.model_dump() for c in twinned.requests] == [c.model_dump() for c in alone.requests]

@@ -19,32 +19,39 @@ interpreter runs a small model's whole check in a minute or two)."""
 
 
 class CagedSet:
-    """The runners holding one set's untrusted kernels; `ops` is the decoder's mapping. Use as a
-    context manager: every runner is stopped at the end, whatever happened."""
+    """The runners holding one set's untrusted kernels; `ops` is the decoder's mapping. With
+    `copies`, as many independent mappings of the same kernels in runners of their own (`twins`:
+    the model check's second alone run goes on one at the same time as the first); every
+    copy's runners boot at once, before any loads. Use as a context manager: every runner is
+    stopped at the end, whatever happened."""
 
-    def __init__(self, choice: KernelSetChoice, tasks: list[str], device: str) -> None:
+    def __init__(self, choice: KernelSetChoice, tasks: list[str], device: str, copies: int = 1) -> None:
         self.choice, self.device, self.runners = choice, device, []
         self.findings: list[str] = []
         built: dict[str, KernelSet] = {}
-        ops: dict[str, Callable] = {}
-        sources: dict[str, str] = {}
+        self.copies: list[KernelSet] = []
         try:
-            # Every runner boots in the background at once; loading waits for each in turn.
-            booting = {name: self._boot(name) for name in tasks
-                       if choice.choice(name).kind not in TORCH_KINDS}
-            for name in tasks:
-                k = choice.choice(name)
-                if k.kind in TORCH_KINDS:
-                    if k.kind not in built:
-                        built[k.kind] = torch_ops(k.kind, device, tuple(tasks))
-                    ops[name], sources[name] = built[k.kind][name], built[k.kind].sources[name] \
-                        if k.origin == k.kind else k.origin
-                else:
-                    ops[name], sources[name] = self._caged(name, booting[name], k.code or ""), k.origin
+            # Every runner of every copy boots in the background at once; loading waits for each in turn.
+            caged = [name for name in tasks if choice.choice(name).kind not in TORCH_KINDS]
+            booting = [{name: self._boot(name) for name in caged} for _ in range(copies)]
+            for runners in booting:
+                ops: dict[str, Callable] = {}
+                sources: dict[str, str] = {}
+                for name in tasks:
+                    k = choice.choice(name)
+                    if k.kind in TORCH_KINDS:
+                        if k.kind not in built:
+                            built[k.kind] = torch_ops(k.kind, device, tuple(tasks))
+                        ops[name], sources[name] = built[k.kind][name], built[k.kind].sources[name] \
+                            if k.origin == k.kind else k.origin
+                    else:
+                        ops[name], sources[name] = self._caged(name, runners[name], k.code or ""), k.origin
+                self.copies.append(KernelSet(ops, sources))
         except BaseException:
             self.close()
             raise
-        self.ops = KernelSet(ops, sources)
+        self.ops = self.copies[0]
+        self.twins = self.copies[1:]
 
     def _boot(self, name: str) -> Any:
         from gates.judge.client import Runner, set_deadline

@@ -9,6 +9,7 @@ small (RECORD_ALWAYS_BYTES), else from one more run of each schedule that record
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
@@ -78,6 +79,10 @@ class SetReport(BaseModel):
     serving: ServingSpeed | None = None
     """Tokens/s with the kernels in a serving process of their own (`--serving`), the
     end-to-end batch-invariance tax beside the torch sets."""
+    phases: dict[str, float] = {}
+    """Wall seconds of the set's check by phase: `runners` (its caged runners booted and loaded),
+    `alone` and `batched` (each schedule's two runs), `finder` (its extra runs, if any), where
+    the 60 s of a set go."""
     batched_tokens: dict[int, list[int]] = Field(default_factory=dict, exclude=True)
     """Each reported request's tokens in the timed batched run (what `serving` is checked against)."""
 
@@ -173,17 +178,20 @@ def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weig
     reported = [r for r in reqs if r.reported]
     record_now = _record_bytes(config, reqs) <= RECORD_ALWAYS_BYTES["cpu" if device == "cpu" else "cuda"]
     recorders = {"alone": Recorder({r.id for r in reported}), "batched": Recorder({r.id for r in reported})}
+    began = time.perf_counter()
     try:
         runs: dict[str, list[dict[int, RequestResult]]] = {
             "alone": _alone_runs(config, weights, ops, twin, reqs, device,
                                  recorders["alone"] if record_now else None),
             "batched": []}
+        report.phases["alone"], began = time.perf_counter() - began, time.perf_counter()
         for run in range(2):
             # The first run records (if it does); the second, warm (kernels compiled, the vendor
             # libraries' per-shape choices made) and alone on the machine, is the one timed.
             recorder = recorders["batched"] if record_now and run == 0 else None
             results, seconds = run_plan(Decoder(config, weights, ops, recorder), reqs, plan, device)
             runs["batched"].append(results)
+        report.phases["batched"], began = time.perf_counter() - began, time.perf_counter()
         report.batched_tokens = {r.id: list(results[r.id].tokens) for r in reported}
         report.requests = [_compare(r, runs["alone"], runs["batched"]) for r in reported]
         differing = [c.request for c in report.requests if not (c.tokens_equal and c.logprobs_equal)]
@@ -192,6 +200,8 @@ def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weig
                      if record_now else _find(config, weights, ops, reqs, plan, differing, device))
             for c in report.requests:
                 c.divergence = found.get(c.request)
+            if not record_now:
+                report.phases["finder"] = time.perf_counter() - began
     except Exception as exc:  # noqa: BLE001 - a kernel's failure is this set's result, not the check's
         from gates.runner.loader import describe_exception
 

@@ -4,8 +4,8 @@ shapes each op was called at logged and, when asked, the dynamic gate run at the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from contextlib import nullcontext
 
 from agentloop.model.caged import CagedSet
 from agentloop.model.check import ModelCheckReport, SetReport, check_model
@@ -42,13 +42,15 @@ def check_sets(specs: list[str], config: str, *, requests: int = 16, new_tokens:
         log = ShapeLog()
         twinned = (device != "cpu" if twin_runs is None else twin_runs) and \
             any(choice.choice(t).kind not in TORCH_KINDS for t in tasks)
-        with CagedSet(choice, tasks, device) as caged, \
-                (CagedSet(choice, tasks, device) if twinned else nullcontext()) as twin:
-            twins = {choice.name: log.wrap(twin.ops)} if twin is not None else None
+        began = time.perf_counter()
+        with CagedSet(choice, tasks, device, copies=2 if twinned else 1) as caged:
+            runners = time.perf_counter() - began
+            twins = {choice.name: log.wrap(caged.twins[0])} if twinned else None
             report = check_model(cfg, weights, {choice.name: log.wrap(caged.ops)}, requests=requests,
                                  new_tokens=new_tokens, seed=seed, device=device, twins=twins)
         got = report.sets[0]
-        got.sandbox_findings = caged.findings + (twin.findings if twin is not None else [])
+        got.phases = {"runners": runners, **got.phases}
+        got.sandbox_findings = caged.findings
         got.shapes = log.shapes()
         if gate_shapes:
             codes = {t: k.code for t, k in choice.kernels.items() if k.kind in ("code", "entry") and k.code}
