@@ -191,9 +191,10 @@ def test_int8_activations_and_the_torch_kernel_sets():
 
 
 def test_twin_runners_give_the_alone_runs_of_a_caged_set(monkeypatch):
-    """`check_sets(twin_runs=True)`: a second set of runners for the alone schedule's second run
-    (caged: Triton's interpreter is not for two threads of one process); the report is the one of
-    the runs one after the other (the set's eager linear makes requests differ, in both)."""
+    """`check_sets(twin_runs=True)`: two more copies of the set's runners, for the alone schedule's
+    second run and the batched schedule's runs, the first of them beside the alone runs (caged:
+    Triton's interpreter is not for two threads of one process); the report is the one of the runs
+    one after the other (the set's eager linear makes requests differ, in both)."""
     from agentloop.model import session
 
     made = []
@@ -207,7 +208,7 @@ def test_twin_runners_give_the_alone_runs_of_a_caged_set(monkeypatch):
     spec = f"torch-rms=files:rms_norm={Path(__file__).parent / 'fixtures' / 'rms_norm' / 'torch_only.py'}"
     reports = {twin: session.check_sets([spec], "tiny-llama", requests=2, new_tokens=2, twin_runs=twin)
                for twin in (False, True)}
-    assert made == [1, 2]  # one set of runners, then two copies of them
+    assert made == [1, 3]  # one set of runners, then three copies of them
     alone, twinned = (reports[t].sets[0] for t in (False, True))
     assert not twinned.error and twinned.nondeterministic == 0, twinned
     assert twinned.requests and not twinned.sandbox_findings

@@ -10,7 +10,7 @@ small (RECORD_ALWAYS_BYTES), else from one more run of each schedule that record
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -81,8 +81,9 @@ class SetReport(BaseModel):
     end-to-end batch-invariance tax beside the torch sets."""
     phases: dict[str, float] = {}
     """Wall seconds of the set's check by phase: `runners` (its caged runners booted and loaded),
-    `alone` and `batched` (each schedule's two runs), `finder` (its extra runs, if any), where
-    the 60 s of a set go."""
+    `alone` (the alone schedule's two runs, and the first batched run where it goes beside them
+    on a copy of the kernels), `batched` (the batched runs after that), `finder` (its extra runs,
+    if any): where the 60 s of a set go."""
     batched_tokens: dict[int, list[int]] = Field(default_factory=dict, exclude=True)
     """Each reported request's tokens in the timed batched run (what `serving` is checked against)."""
 
@@ -153,25 +154,33 @@ def _find(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Callable
     return {i: first_divergence(alone_rec, batched_rec, i) for i in differing}
 
 
-def _alone_runs(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Callable],
-                twin: Mapping[str, Callable] | None, reqs: list[Request], device: str,
-                recorder: Recorder | None) -> list[dict[int, RequestResult]]:
-    """The alone schedule's two runs, the first recording (if `recorder`): one after the other, or
-    with `twin` (the same kernels in runners of their own) both at once, the second on the twin:
-    the alone schedule is most of a check's op calls, each waiting on its runner, not the device."""
-    plan = alone_plan(reqs)
-    if twin is None:
-        return [run_plan(Decoder(config, weights, ops, recorder if run == 0 else None), reqs, plan, device)[0]
-                for run in range(2)]
-    with ThreadPoolExecutor(2, thread_name_prefix="alone-run") as pool:
-        runs = [pool.submit(run_plan, Decoder(config, weights, o, r), reqs, plan, device)
-                for o, r in ((ops, recorder), (twin, None))]
-        return [run.result()[0] for run in runs]
+def _first_runs(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Callable],
+                copies: Sequence[Mapping[str, Callable]], reqs: list[Request], plan: list[PlannedStep],
+                device: str, recorders: dict[str, Recorder] | None
+                ) -> dict[str, list[dict[int, RequestResult]]]:
+    """The runs before the timed one: the alone schedule's two and, with a second copy of the
+    kernels, the batched schedule's first. The first of each schedule records (with `recorders`).
+    Without `copies` they go one after the other. With one copy (the same kernels in runners of
+    their own), the alone runs go at once, the second on the copy; with two, the first batched
+    run goes beside them on the second copy. Most of a check's op calls are the alone schedule's,
+    each waiting on its runner rather than the device, and the first batched run is where the
+    kernels first see batches, and compile for them."""
+    alone = alone_plan(reqs)
+    rec = recorders or {}
+    jobs = [(ops, rec.get("alone"), alone)] + [(c, None, alone) for c in copies[:1]] + \
+        [(c, rec.get("batched"), plan) for c in copies[1:2]]
+    if not copies:
+        return {"alone": [run_plan(Decoder(config, weights, ops, rec.get("alone") if run == 0 else None),
+                                   reqs, alone, device)[0] for run in range(2)], "batched": []}
+    with ThreadPoolExecutor(len(jobs), thread_name_prefix="first-run") as pool:
+        runs = [pool.submit(run_plan, Decoder(config, weights, o, r), reqs, p, device) for o, r, p in jobs]
+        results = [run.result()[0] for run in runs]
+    return {"alone": results[:2], "batched": results[2:]}
 
 
 def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weights: ModelWeights,
                reqs: list[Request], device: str, seed: int,
-               twin: Mapping[str, Callable] | None = None) -> SetReport:
+               copies: Sequence[Mapping[str, Callable]] = ()) -> SetReport:
     report = SetReport(name=name, sources=dict(getattr(ops, "sources", {})))
     plan = batched_plan(reqs, seed)
     report.batched_steps, report.max_batch = len(plan), max(len(s.rows) for s in plan)
@@ -180,16 +189,16 @@ def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weig
     recorders = {"alone": Recorder({r.id for r in reported}), "batched": Recorder({r.id for r in reported})}
     began = time.perf_counter()
     try:
-        runs: dict[str, list[dict[int, RequestResult]]] = {
-            "alone": _alone_runs(config, weights, ops, twin, reqs, device,
-                                 recorders["alone"] if record_now else None),
-            "batched": []}
+        runs = _first_runs(config, weights, ops, copies, reqs, plan, device,
+                           recorders if record_now else None)
         report.phases["alone"], began = time.perf_counter() - began, time.perf_counter()
-        for run in range(2):
+        batched_ops = copies[1] if len(copies) > 1 else ops
+        for run in range(len(runs["batched"]), 2):
             # The first run records (if it does); the second, warm (kernels compiled, the vendor
-            # libraries' per-shape choices made) and alone on the machine, is the one timed.
+            # libraries' per-shape choices made, on the runners of the first) and alone on the
+            # machine, is the one timed.
             recorder = recorders["batched"] if record_now and run == 0 else None
-            results, seconds = run_plan(Decoder(config, weights, ops, recorder), reqs, plan, device)
+            results, seconds = run_plan(Decoder(config, weights, batched_ops, recorder), reqs, plan, device)
             runs["batched"].append(results)
         report.phases["batched"], began = time.perf_counter() - began, time.perf_counter()
         report.batched_tokens = {r.id: list(results[r.id].tokens) for r in reported}
@@ -219,12 +228,13 @@ def check_model(config: ModelConfig, weights: ModelWeights, ops_by_set: dict[str
                 requests: int | list[Request] = 16, new_tokens: int = 32, seed: int = 0,
                 device: str | None = None, fillers: int | None = None,
                 prompt_lens: tuple[int, int] = (2, 12),
-                twins: Mapping[str, Mapping[str, Callable]] | None = None) -> ModelCheckReport:
+                twins: Mapping[str, Sequence[Mapping[str, Callable]]] | None = None) -> ModelCheckReport:
     """Serve `requests` seeded requests (plus `fillers`, default as many; see make_requests) alone
     and batched on each kernel set, or the given list of requests (then `new_tokens`, `fillers`
     and `prompt_lens` are unused). The weights must be on `device` (default: where they are).
-    `twins`: for a set, the same kernels once more (runners of their own), on which the alone
-    schedule's second run goes at the same time as its first."""
+    `twins`: for a set, copies of the same kernels (runners of their own): the alone schedule's
+    second run goes on the first at the same time as its first run, and with a second copy the
+    batched schedule's runs go on it, the first beside the alone runs (`_first_runs`)."""
     where = str(weights.embed.device)
     device = device or where
     if device != where and not where.startswith(f"{device}:"):
@@ -233,7 +243,7 @@ def check_model(config: ModelConfig, weights: ModelWeights, ops_by_set: dict[str
         reqs = make_requests(config, requests, new_tokens, seed, fillers, prompt_lens)
     else:
         reqs = check_requests(config, requests)
-    sets = [_check_set(name, ops, config, weights, reqs, device, seed, (twins or {}).get(name))
+    sets = [_check_set(name, ops, config, weights, reqs, device, seed, (twins or {}).get(name, ()))
             for name, ops in ops_by_set.items()]
     reported = [r for r in reqs if r.reported]
     return ModelCheckReport(model=config.summary(), requests=len(reported),

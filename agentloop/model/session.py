@@ -16,6 +16,7 @@ from agentloop.model.serving import ServingSpeed, measure_serving
 from agentloop.model.set_spec import TORCH_KINDS, KernelSetChoice, parse_set
 from agentloop.model.shapes import ShapeLog, gate_at_model_shapes
 from agentloop.model.weights import load_model
+from gates.judge.runner_process import UID_SLOTS
 
 
 def check_sets(specs: list[str], config: str, *, requests: int = 16, new_tokens: int = 32, seed: int = 0,
@@ -25,9 +26,10 @@ def check_sets(specs: list[str], config: str, *, requests: int = 16, new_tokens:
     """Check every set in turn (its runners live only while it is checked); ModelInputError (one
     line) for a config, weights or set that cannot be used — every set is resolved before any runs.
     `serving`: also time each set with its kernels in a serving process (`serving.py`).
-    `twin_runs` (default: on a GPU): a set with caged kernels gets a second set of runners, so the
-    alone schedule's two runs go at once (`check_model`'s twins); on a CPU they would share its
-    cores with the interpreter instead."""
+    `twin_runs` (default: on a GPU): a set with caged kernels gets two more copies of its runners
+    (one where a judge's runner uids do not stretch to three), so the alone schedule's two runs
+    and the batched schedule's first go at once (`check_model`'s twins); on a CPU they would
+    share its cores with the interpreter instead."""
     cfg, weights = load_model(config, device, seed)
     tasks = required_ops(cfg)
     choices = [parse_set(spec, tasks, device) for spec in specs]
@@ -40,12 +42,13 @@ def check_sets(specs: list[str], config: str, *, requests: int = 16, new_tokens:
     for choice in choices:
         say(f"model check: set {choice.name} ({len(choice.kernels)} of {len(tasks)} ops from the set)")
         log = ShapeLog()
-        twinned = (device != "cpu" if twin_runs is None else twin_runs) and \
-            any(choice.choice(t).kind not in TORCH_KINDS for t in tasks)
+        caged_ops = sum(choice.choice(t).kind not in TORCH_KINDS for t in tasks)
+        twinned = (device != "cpu" if twin_runs is None else twin_runs) and caged_ops > 0
+        copies = (3 if 3 * caged_ops <= UID_SLOTS else 2) if twinned else 1
         began = time.perf_counter()
-        with CagedSet(choice, tasks, device, copies=2 if twinned else 1) as caged:
+        with CagedSet(choice, tasks, device, copies=copies) as caged:
             runners = time.perf_counter() - began
-            twins = {choice.name: log.wrap(caged.twins[0])} if twinned else None
+            twins = {choice.name: [log.wrap(c) for c in caged.twins]} if twinned else None
             report = check_model(cfg, weights, {choice.name: log.wrap(caged.ops)}, requests=requests,
                                  new_tokens=new_tokens, seed=seed, device=device, twins=twins)
         got = report.sets[0]

@@ -10,6 +10,7 @@ model that still diverges (a composition bug)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,6 +37,7 @@ class ShapeLog:
     def __init__(self) -> None:
         self._seen: dict[tuple[str, tuple], set[int]] = {}
         self._longest: dict[tuple[tuple, str], int] = {}
+        self._lock = threading.Lock()  # the copies of a set's ops run in threads of their own
 
     def wrap(self, ops: KernelSet) -> KernelSet:
         return KernelSet({name: self._logged(get_task(name), fn) for name, fn in ops.items()}, ops.sources)
@@ -53,9 +55,10 @@ class ShapeLog:
             batch = dims.pop(task.batch_axis, 0)
             lengths = {axis: dims.pop(axis) for axis in padded if axis in dims}
             key = (task.name, tuple(sorted(dims.items())))
-            self._seen.setdefault(key, set()).add(batch)
-            for axis, n in lengths.items():  # a padded length: the gate sweeps it; keep the longest
-                self._longest[(key, axis)] = max(n, self._longest.get((key, axis), 0))
+            with self._lock:
+                self._seen.setdefault(key, set()).add(batch)
+                for axis, n in lengths.items():  # a padded length: the gate sweeps it; keep the longest
+                    self._longest[(key, axis)] = max(n, self._longest.get((key, axis), 0))
             return result
         return call
 
