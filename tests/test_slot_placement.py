@@ -5,13 +5,13 @@ import random
 
 import torch
 
-from gates.runner.driver import Driver
+from gates.runner.driver import Draws, Driver
 
 
 def placer(seed: int) -> Driver:
     driver = Driver.__new__(Driver)  # the placement alone: no socket, no candidate
     driver.torch, driver.device = torch, "cpu"
-    driver.placement, driver.alignments = random.Random(seed), []
+    driver.placement, driver.alignments = Draws(random.Random(seed).randbytes), []
     return driver
 
 

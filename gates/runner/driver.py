@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import random
 import socket
 import sys
 import threading
@@ -112,9 +111,10 @@ class Driver:
         self.arena = Arena(torch)
         self.late: list[int] = []
         self.slots: dict[int, Any] = {}
-        self.placement = random.Random(int.from_bytes(os.urandom(8), "little"))
-        """Where each new slot starts in its buffer (`new_slot`): this runner's own stream, which
-        the candidate cannot predict."""
+        self.placement = Draws(os.urandom)
+        """Where each new slot starts in its buffer (`new_slot`): drawn from the OS, which the
+        candidate cannot predict, by code of the runner's own (a class of `random` would be the
+        candidate's to replace: `random.Random.shuffle = ...` could pin every slot's alignment)."""
         self.alignments: list[int] = []
         self.entry = None
         self.previous: list[tuple[Any, Any]] = []
@@ -307,7 +307,7 @@ class Driver:
         # the first address past ptr that is a multiple of align but not of 2 * align (of top for the last)
         period = align if align == top else 2 * align
         target = (-ptr) % period if align == top else (align - ptr % period) % period
-        target += period * self.placement.randrange(2)
+        target += period * self.placement.below(2)
         shift = target // itemsize
         return base[shift:shift + n].view(shape)
 
@@ -693,6 +693,23 @@ def _own_functions() -> dict[tuple[Any, str], Any]:
             if callable(value) and getattr(value, "__module__", None) == name:
                 out[(module, attr)] = value
     return out
+
+
+class Draws:
+    """Uniform draws from `source` (`os.urandom`, taken when the runner starts; a seeded stream's
+    `randbytes` in tests)."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    def below(self, n: int) -> int:
+        """A number in [0, n) (n small: the bias of the modulus is below 2**-50)."""
+        return int.from_bytes(self.source(8), "little") % n
+
+    def shuffle(self, items: list) -> None:
+        for i in range(len(items) - 1, 0, -1):
+            j = self.below(i + 1)
+            items[i], items[j] = items[j], items[i]
 
 
 def _own_classes() -> list[type]:
