@@ -5,12 +5,8 @@
 # runs/records/refine-h200 (device tool: carry [".whl", "runs/records"]). The logs and JSON go into
 # one archive, $OUT/model_check.tgz, after each set (the device tool brings back only a few files).
 set -uo pipefail
-cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/model_check}
-mkdir -p "$OUT"
-RESULTS=$OUT; OUT=$(mktemp -d)
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD
+source "$(dirname "$0")/gpu_env.sh"
 R=runs/records/refine-h200
 # SETS: names of the sets to check (default all five); every set also served in a serving process.
 declare -A SPEC=([eager]=eager [compiled]=compiled [corpus]=corpus [baseline]="baseline=run:$R:baseline"

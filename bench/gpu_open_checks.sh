@@ -10,11 +10,7 @@
 # HOSTILE_K, DYNAMIC_GROUPS and CONFIGS choose the jobs (CONFIGS=" ": no model check); PYTESTS and
 # LIBRARY_AUDIT=1 add some.
 set -u
-cd "$(dirname "$0")/.."
-OUT=${OUT:-out}; mkdir -p "$OUT"
-RESULTS=$OUT; OUT=$(mktemp -d)
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
+source "$(dirname "$0")/gpu_env.sh"
 LIMIT=${LIMIT:-520}
 sed 's/^device: cpu/device: cuda/' tasks/campaigns/frameworks.yaml > /tmp/frameworks-cuda.yaml
 timeout -s INT -k 20 "$LIMIT" python3 -m agentloop run /tmp/frameworks-cuda.yaml --out runs/frameworks \

@@ -8,11 +8,7 @@
 # once LIMIT seconds have passed. CONFIG (llama-h200), SETS (checked), SERVED (served only) and
 # RUNNER_CALL=0 choose the steps.
 set -u
-cd "$(dirname "$0")/.."
-OUT=${OUT:-out}; mkdir -p "$OUT"
-RESULTS=$OUT; OUT=$(mktemp -d)
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
+source "$(dirname "$0")/gpu_env.sh"
 LIMIT=${LIMIT:-540}; STEP=${STEP:-200}
 R=runs/records/refine-h200
 CONFIG=${CONFIG:-llama-h200}
