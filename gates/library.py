@@ -221,6 +221,7 @@ def static_result(entry: LibraryEntry, task: Task) -> GateResult:
         if entry.adapter is None or not entry.adapter_offset:
             return _library_code(result, lambda f: True)
     offset, name = entry.adapter_offset, entry.adapter.name
+    result = _library_code(result, lambda f: f.line is None or f.line <= offset)
 
     def lines_in_adapter(text: str) -> str:  # "(line 1444)" in a message -> "(adapter x.py line 6)"
         return re.sub(r"(?<!\.py )\bline (\d+)", lambda m: f"adapter {name} line {int(m[1]) - offset}"
@@ -232,8 +233,7 @@ def static_result(entry: LibraryEntry, task: Task) -> GateResult:
         if f.line is not None and f.line > offset:
             update = {"line": None, "message": f"adapter {name} line {f.line - offset}: {update['message']}"}
         findings.append(f.model_copy(update=update))
-    result = result.model_copy(update={"findings": findings})
-    return _library_code(result, lambda f: not f.message.startswith(f"adapter {name} line "))
+    return result.model_copy(update={"findings": findings})
 
 
 EVASION_RULES = {"BI008", "BI009", "BI010", "BI011", "BI012", "BI013"}
@@ -245,7 +245,7 @@ IN_LIBRARY = (" [a warning in a library audited in place: a library is not writt
 
 def _library_code(result: GateResult, in_library) -> GateResult:
     """The static result with the audit-evasion rules' errors in the library's own code (not in
-    the adapter, which `in_library` tells apart) made warnings. An agent writes a candidate to
+    the adapter: `in_library` tells them apart by line) made warnings. An agent writes a candidate to
     pass the gates, so there they are errors; a library's `os.environ.get("FLAGGEMS_CACHE_DIR")`,
     `getattr(module, op_name)` dispatch or vendor `importlib.import_module(f"_{vendor}.ops")`
     predates the audit. Its batch rules (BI001-BI007) keep their severity."""

@@ -167,14 +167,15 @@ def _first_runs(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Ca
     kernels first see batches, and compile for them."""
     alone = alone_plan(reqs)
     rec = recorders or {}
-    jobs = [(ops, rec.get("alone"), alone)] + [(c, None, alone) for c in copies[:1]] + \
+    jobs = [(ops, rec.get("alone"), alone), (copies[0] if copies else ops, None, alone)] + \
         [(c, rec.get("batched"), plan) for c in copies[1:2]]
     if not copies:
-        return {"alone": [run_plan(Decoder(config, weights, ops, rec.get("alone") if run == 0 else None),
-                                   reqs, alone, device)[0] for run in range(2)], "batched": []}
-    with ThreadPoolExecutor(len(jobs), thread_name_prefix="first-run") as pool:
-        runs = [pool.submit(run_plan, Decoder(config, weights, o, r), reqs, p, device) for o, r, p in jobs]
-        results = [run.result()[0] for run in runs]
+        results = [run_plan(Decoder(config, weights, o, r), reqs, p, device)[0] for o, r, p in jobs]
+    else:
+        with ThreadPoolExecutor(len(jobs), thread_name_prefix="first-run") as pool:
+            runs = [pool.submit(run_plan, Decoder(config, weights, o, r), reqs, p, device)
+                    for o, r, p in jobs]
+            results = [run.result()[0] for run in runs]
     return {"alone": results[:2], "batched": results[2:]}
 
 

@@ -122,15 +122,16 @@ class Driver:
         self.probe: _Probe | None = None
         self.launches = [0]
         self.watched = _watched_functions(torch)
-        self.own = [(module, vars(module), attr, original)
-                    for (module, attr), original in _own_functions().items()]
+        own = _own_functions()
+        self.own = [(module, vars(module), attr, original) for (module, attr), original in own.items()]
         """(module, its namespace, name, the function as loaded): a module's namespace is the same
         dict for its whole life, so it is looked up once."""
-        self.own_classes = [(cls, dict(vars(cls))) for cls in _own_classes()]
-        # Bound now, on the object: the check runs as loaded even if the class's is replaced.
-        self.check_tampering = self.check_tampering
+        self.own_classes = [(cls, dict(vars(cls)))
+                            for cls in {id(c): c for c in own.values() if isinstance(c, type)}.values()]
         """(class, its attributes as loaded): a method of the driver replaced on its class
         (`Driver.next_alignment = ...`) changes what the runner does as surely as a module's name."""
+        # Bound now, on the object: the check runs as loaded even if the class's is replaced.
+        self.check_tampering = self.check_tampering
         self.state = loader.torch_global_state()
         _count_launches(self.launches)
 
@@ -710,11 +711,6 @@ class Draws:
         for i in range(len(items) - 1, 0, -1):
             j = self.below(i + 1)
             items[i], items[j] = items[j], items[i]
-
-
-def _own_classes() -> list[type]:
-    """The classes of the runner's own modules (this package), as loaded."""
-    return list({id(cls): cls for (_, _), cls in _own_functions().items() if isinstance(cls, type)}.values())
 
 
 def _count_launches(counter: list[int]) -> None:

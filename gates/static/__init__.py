@@ -136,14 +136,16 @@ def in_helpers(findings: list[Finding], files: list[Path]) -> list[Finding]:
     def named(line: int) -> str:
         return f"{_shown(files[line // HELPER_LINES], files[0])} line {line % HELPER_LINES}"
 
+    def inlined(line: int | None) -> bool:
+        return line is not None and HELPER_LINES <= line < len(files) * HELPER_LINES
+
     def text(message: str) -> str:
-        return re.sub(r"\bline (\d{7,})", lambda m: named(int(m[1])) if int(m[1]) // HELPER_LINES
-                      < len(files) else m[0], message)
+        return re.sub(r"\bline (\d+)", lambda m: named(int(m[1])) if inlined(int(m[1])) else m[0], message)
 
     out = []
     for f in findings:
         message = text(f.message)
-        if f.line is not None and f.line >= HELPER_LINES and f.line // HELPER_LINES < len(files):
+        if inlined(f.line):
             out.append(f.model_copy(update={"line": None, "message": f"{named(f.line)}: {message}"}))
         else:
             out.append(f.model_copy(update={"message": message}) if message != f.message else f)
