@@ -23,17 +23,15 @@ WRITES_AND_ALIASES = ("import torch\n"
                       "    return x * weight, x, torch.full((SIZE,), 3.0, device=x.device)\n")
 
 LATE = ("import threading, time\nimport torch\n"
-        "def _keep_writing(out):\n"
-        "    for _ in range(400):\n"
+        "def _keep_writing(out):\n"  # without a pause: a loaded machine's sleeps can outlast the check
+        "    end = time.monotonic() + 0.5\n"
+        "    while time.monotonic() < end:\n"
         "        out.add_(1)\n"
-        "        time.sleep(0.0001)\n"
         "def rms_norm(x, weight, eps):\n"
         "    out = torch.zeros(SIZE)\n"
         "    threading.Thread(target=_keep_writing, args=(out,), daemon=True).start()\n"
         "    return out\n")
 
-# The runner's driver patched from the candidate's own process (its class's methods are within
-# reach there): every output goes to the start of the arena, and the reply says it was placed.
 # A runner taken over by its candidate, simulated from inside its process: the driver's own code
 # is put back after every call (SB008), so these rewrite the driver's messages on their way out,
 # in the socket's class, as a candidate that owned the process could.
@@ -140,8 +138,8 @@ def test_work_left_running_after_return_is_found_on_either_path(runners, request
 
 
 def test_a_runner_that_says_it_placed_outputs_beyond_the_room_offered_is_stopped(runners):
-    # Just under the 1 MB arena a small call makes: it would fit from the start of the arena, where
-    # the lying driver put it, but not after the inputs, where the room was.
+    # Just under the 1 MB arena a small call makes: it would fit from the start of the arena, but
+    # not after the inputs, where the room was; the rewritten reply says it was placed.
     runner = runner_for(runners, LIES_ABOUT_PLACEMENT, (1 << 20) // 4 - 32)
     with pytest.raises(CandidateFailure, match="placed outputs where the judge offered no room") as failed:
         runner.call([torch.zeros(2, 4), torch.ones(4), 1e-6])
