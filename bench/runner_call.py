@@ -8,6 +8,12 @@ calls per kernel set, the dynamic gate many too.
     python bench/runner_call.py --device cuda      # the same on the GPU (device arena by default;
                                                    # AGENTLOOP_ARENA=host for the host arena)
     python bench/runner_call.py --cases tiny --calls 2000 --json out.json
+    python bench/runner_call.py --device cuda --concurrent 1,2,3,6   # N runners called at once
+
+With --concurrent, each case is timed with N runners of the same code, each called from a thread
+of its own (as the model check's twin runs call their copies): calls per second in all, and
+each thread's milliseconds per call. It says how much of a call's cost one judge and one GPU
+can overlap.
 
 Cases: `tiny` (rms_norm of 2 rows of 64), `rows` (rms_norm of 256 rows of 4096), `linear` (8 rows
 through a 14336 x 4096 weight with bias). float32 on the CPU, bfloat16 on the GPU. The candidate
@@ -100,6 +106,45 @@ def measure(case: str, device: str, calls: int | None, repeats: int) -> dict:
     return row
 
 
+def concurrent(case: str, device: str, calls: int | None, threads: int) -> dict:
+    import threading
+
+    from gates.contract import get_task
+    from gates.judge.client import RemoteEntry, Runner
+    from gates.judge.runner_pool import reference_dirs
+
+    task, spec, cpu_calls, gpu_calls = CASES[case]
+    calls = calls or (cpu_calls if device == "cpu" else gpu_calls)
+    args = arguments(spec, device, torch.float32 if device == "cpu" else torch.bfloat16)
+    runners = [Runner(device, reference_dirs=reference_dirs(get_task(task))) for _ in range(threads)]
+    try:
+        for runner in runners:
+            runner.load(CODE[task], get_task(task).entry)
+        entries = [RemoteEntry(runner) for runner in runners]
+        for entry in entries:
+            timed(entry, args, max(5, calls // 10), device, 1)
+        each: list[float] = []
+
+        def run(entry) -> None:
+            start = time.perf_counter()
+            for _ in range(calls):
+                entry(*args)
+            each.append((time.perf_counter() - start) / calls * 1e3)
+
+        workers = [threading.Thread(target=run, args=(entry,)) for entry in entries]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        wall = time.perf_counter() - start
+    finally:
+        for runner in runners:
+            runner.stop()
+    return {"case": case, "device": device, "threads": threads, "calls": calls,
+            "calls_per_s": threads * calls / wall, "ms_per_call": statistics.median(each)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -107,13 +152,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES))
     parser.add_argument("--calls", type=int, default=None, help="calls per repeat (default: per case)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats per case (the median is shown)")
+    parser.add_argument("--concurrent", default=None,
+                        help="comma-separated runner counts: time N runners called at once instead")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no GPU here")
     rows = []
-    print(f"{'case':8} {'calls':>6} {'runner ms':>10} {'min':>8} {'direct ms':>10} {'overhead':>9}  arena")
-    for case in args.cases.split(","):
+    if args.concurrent:
+        print(f"{'case':8} {'runners':>7} {'calls':>6} {'calls/s':>9} {'ms/call':>8}")
+        for case in args.cases.split(","):
+            for n in (int(x) for x in args.concurrent.split(",")):
+                row = concurrent(case.strip(), args.device, args.calls, n)
+                rows.append(row)
+                print(f"{row['case']:8} {n:7d} {row['calls']:6d} {row['calls_per_s']:9.0f} "
+                      f"{row['ms_per_call']:8.3f}", flush=True)
+    else:
+        print(f"{'case':8} {'calls':>6} {'runner ms':>10} {'min':>8} {'direct ms':>10} {'overhead':>9}  "
+              "arena")
+    for case in ([] if args.concurrent else args.cases.split(",")):
         row = measure(case.strip(), args.device, args.calls, args.repeats)
         rows.append(row)
         print(f"{row['case']:8} {row['calls']:6d} {row['runner_ms']:10.3f} {row['runner_ms_min']:8.3f} "
