@@ -74,15 +74,24 @@ def direct(task: str):
     return namespace[task]
 
 
+def _case(case: str, device: str, calls: int | None) -> tuple[str, int, list]:
+    """A case's task, its calls per repeat (`calls`, else the case's for the device) and its
+    arguments (float32 on the CPU, bfloat16 on the GPU)."""
+    task, spec, cpu_calls, gpu_calls = CASES[case]
+    calls = calls or (cpu_calls if device == "cpu" else gpu_calls)
+    return task, calls, arguments(spec, device, torch.float32 if device == "cpu" else torch.bfloat16)
+
+
+def _warm_calls(calls: int) -> int:
+    return max(5, calls // 10)
+
+
 def measure(case: str, device: str, calls: int | None, repeats: int) -> dict:
     from gates.contract import get_task
     from gates.judge.client import RemoteEntry, Runner
     from gates.judge.runner_pool import reference_dirs
 
-    task, spec, cpu_calls, gpu_calls = CASES[case]
-    calls = calls or (cpu_calls if device == "cpu" else gpu_calls)
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    args = arguments(spec, device, dtype)
+    task, calls, args = _case(case, device, calls)
     fn = direct(task)
     runner = Runner(device, reference_dirs=reference_dirs(get_task(task)))
     try:
@@ -90,9 +99,8 @@ def measure(case: str, device: str, calls: int | None, repeats: int) -> dict:
         entry = RemoteEntry(runner)
         got, want = entry(*args)[0], fn(*args)
         assert torch.equal(got, want), f"{case}: the runner's output differs from the function's"
-        warm = max(5, calls // 10)
-        timed(entry, args, warm, device, 1)
-        timed(fn, args, warm, device, 1)
+        timed(entry, args, _warm_calls(calls), device, 1)
+        timed(fn, args, _warm_calls(calls), device, 1)
         caged = timed(entry, args, calls, device, repeats)
         plain = timed(fn, args, calls, device, repeats)
         findings = [f"{f.rule}: {f.message}" for f in runner.take_findings()]
@@ -113,16 +121,14 @@ def concurrent(case: str, device: str, calls: int | None, threads: int) -> dict:
     from gates.judge.client import RemoteEntry, Runner
     from gates.judge.runner_pool import reference_dirs
 
-    task, spec, cpu_calls, gpu_calls = CASES[case]
-    calls = calls or (cpu_calls if device == "cpu" else gpu_calls)
-    args = arguments(spec, device, torch.float32 if device == "cpu" else torch.bfloat16)
+    task, calls, args = _case(case, device, calls)
     runners = [Runner(device, reference_dirs=reference_dirs(get_task(task))) for _ in range(threads)]
     try:
         for runner in runners:
             runner.load(CODE[task], get_task(task).entry)
         entries = [RemoteEntry(runner) for runner in runners]
         for entry in entries:
-            timed(entry, args, max(5, calls // 10), device, 1)
+            timed(entry, args, _warm_calls(calls), device, 1)
         each: list[float] = []
 
         def run(entry) -> None:
@@ -170,12 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"{'case':8} {'calls':>6} {'runner ms':>10} {'min':>8} {'direct ms':>10} {'overhead':>9}  "
               "arena")
-    for case in ([] if args.concurrent else args.cases.split(",")):
-        row = measure(case.strip(), args.device, args.calls, args.repeats)
-        rows.append(row)
-        print(f"{row['case']:8} {row['calls']:6d} {row['runner_ms']:10.3f} {row['runner_ms_min']:8.3f} "
-              f"{row['direct_ms']:10.3f} {row['overhead_ms']:9.3f}  {row['arena']}"
-              + (f"  findings: {row['findings']}" if row["findings"] else ""), flush=True)
+        for case in args.cases.split(","):
+            row = measure(case.strip(), args.device, args.calls, args.repeats)
+            rows.append(row)
+            print(f"{row['case']:8} {row['calls']:6d} {row['runner_ms']:10.3f} {row['runner_ms_min']:8.3f} "
+                  f"{row['direct_ms']:10.3f} {row['overhead_ms']:9.3f}  {row['arena']}"
+                  + (f"  findings: {row['findings']}" if row["findings"] else ""), flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"torch": torch.__version__, "rows": rows}, indent=1) + "\n")
