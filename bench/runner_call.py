@@ -9,11 +9,14 @@ calls per kernel set, the dynamic gate many too.
                                                    # AGENTLOOP_ARENA=host for the host arena)
     python bench/runner_call.py --cases tiny --calls 2000 --json out.json
     python bench/runner_call.py --device cuda --concurrent 1,2,3,6   # N runners called at once
+    python bench/runner_call.py --device cuda --lanes 16   # also 16 calls in one request (call_lanes)
 
 With --concurrent, each case is timed with N runners of the same code, each called from a thread
 of its own (as the model check's twin runs call their copies): calls per second in all, and
 each thread's milliseconds per call. It says how much of a call's cost one judge and one GPU
-can overlap.
+can overlap. With --lanes N, each case is also timed as N calls made together in one request
+(`Runner.call_lanes`, as the model check serves its requests alone in step): milliseconds per
+call of the N, each with its own input and the case's other arguments shared.
 
 Cases: `tiny` (rms_norm of 2 rows of 64), `rows` (rms_norm of 256 rows of 4096), `linear` (8 rows
 through a 14336 x 4096 weight with bias). float32 on the CPU, bfloat16 on the GPU. The candidate
@@ -86,7 +89,7 @@ def _warm_calls(calls: int) -> int:
     return max(5, calls // 10)
 
 
-def measure(case: str, device: str, calls: int | None, repeats: int) -> dict:
+def measure(case: str, device: str, calls: int | None, repeats: int, lanes: int = 0) -> dict:
     from gates.contract import get_task
     from gates.judge.client import RemoteEntry, Runner
     from gates.judge.runner_pool import reference_dirs
@@ -103,6 +106,14 @@ def measure(case: str, device: str, calls: int | None, repeats: int) -> dict:
         timed(fn, args, _warm_calls(calls), device, 1)
         caged = timed(entry, args, calls, device, repeats)
         plain = timed(fn, args, calls, device, repeats)
+        together = []
+        if lanes:
+            lane_args = [[args[0].clone(), *args[1:]] for _ in range(lanes)]
+            reports = runner.call_lanes(lane_args)
+            assert all(torch.equal(r.outs[0], want) for r in reports), f"{case}: a lane's output differs"
+            timed(runner.call_lanes, [lane_args], max(1, _warm_calls(calls) // lanes), device, 1)
+            together = [ms / lanes for ms in timed(runner.call_lanes, [lane_args], max(1, calls // lanes),
+                                                   device, repeats)]
         findings = [f"{f.rule}: {f.message}" for f in runner.take_findings()]
     finally:
         runner.stop()
@@ -111,6 +122,8 @@ def measure(case: str, device: str, calls: int | None, repeats: int) -> dict:
            "direct_ms": statistics.median(plain), "arena": type(runner.arena).__name__,
            "findings": findings}
     row["overhead_ms"] = row["runner_ms"] - row["direct_ms"]
+    if together:
+        row["lanes"], row["lane_ms"] = lanes, statistics.median(together)
     return row
 
 
@@ -160,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="repeats per case (the median is shown)")
     parser.add_argument("--concurrent", default=None,
                         help="comma-separated runner counts: time N runners called at once instead")
+    parser.add_argument("--lanes", type=int, default=0,
+                        help="also time N calls made together in one request (ms per call of the N)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -177,10 +192,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'case':8} {'calls':>6} {'runner ms':>10} {'min':>8} {'direct ms':>10} {'overhead':>9}  "
               "arena")
         for case in args.cases.split(","):
-            row = measure(case.strip(), args.device, args.calls, args.repeats)
+            row = measure(case.strip(), args.device, args.calls, args.repeats, args.lanes)
             rows.append(row)
             print(f"{row['case']:8} {row['calls']:6d} {row['runner_ms']:10.3f} {row['runner_ms_min']:8.3f} "
                   f"{row['direct_ms']:10.3f} {row['overhead_ms']:9.3f}  {row['arena']}"
+                  + (f"  {row['lanes']} lanes: {row['lane_ms']:.3f} ms per call" if "lanes" in row else "")
                   + (f"  findings: {row['findings']}" if row["findings"] else ""), flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

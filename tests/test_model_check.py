@@ -18,7 +18,7 @@ from agentloop.model.config import ModelInputError, load_config, parse_config
 from agentloop.model.decoder import Decoder
 from agentloop.model.kernel_sets import compiled_ops, eager_ops, file_ops, reference_ops
 from agentloop.model.recorder import Recorder
-from agentloop.model.schedule import Request, alone_plan, batched_plan, make_requests, run_plan
+from agentloop.model.schedule import Request, alone_plan, batched_plan, make_requests, run_alone, run_plan
 from agentloop.model.weights import load_weights, seeded_state_dict, seeded_weights
 from gates.contract import get_task
 from gates.corpus import load_manifest
@@ -214,3 +214,83 @@ def test_twin_runners_give_the_alone_runs_of_a_caged_set(monkeypatch):
     assert twinned.requests and not twinned.sandbox_findings
     assert list(twinned.phases) == ["runners", "alone", "batched"]  # no finder's runs: recorded at once
     assert [c.model_dump() for c in twinned.requests] == [c.model_dump() for c in alone.requests]
+
+
+def _same_recordings(a: Recorder, b: Recorder) -> None:
+    assert a.records.keys() == b.records.keys()
+    for key, recs in a.records.items():
+        others = b.records[key]
+        assert [(r.site, r.task, r.layer, r.context) for r in recs] == \
+            [(r.site, r.task, r.layer, r.context) for r in others], key
+        for r, o in zip(recs, others, strict=True):
+            assert all(torch.equal(x, y) for x, y in zip(r.outputs, o.outputs, strict=True)), (key, r.site)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-moe"])
+def test_requests_served_alone_in_step_give_what_they_give_one_after_another(name):
+    """`run_alone` serves the alone plan's requests in step (each op call still one request's
+    alone); every request gets the tokens, logprobs and recorded op outputs, batch contexts
+    included, of the plan run one step after another."""
+    config = load_config(name)
+    weights = seeded_weights(config, seed=0)
+    reqs = make_requests(config, requests=3, new_tokens=3, seed=0, fillers=2, prompt_lens=(1, 4))
+    assert len({len(r.prompt) for r in reqs if r.reported}) > 1  # lanes that end at different rounds
+    made: list[int] = []
+    ops = reference_ops()
+
+    class Counting(dict):
+        def __getitem__(self, task):
+            op = ops[task]
+
+            def call(*args):
+                made.append(1)
+                return op(*args)
+
+            def lanes(arg_lists):
+                made.append(len(arg_lists))
+                return [op(*args) for args in arg_lists]
+
+            call.lanes = lanes
+            return call
+
+    counted = Counting(ops)
+    one_by_one, in_step = Recorder(), Recorder()
+    expected, _ = run_plan(Decoder(config, weights, counted, one_by_one), reqs, alone_plan(reqs), "cpu")
+    sequential = len(made)
+    made.clear()
+    got, _ = run_alone(Decoder(config, weights, counted, in_step), reqs, "cpu")
+    assert sum(made) == sequential and len(made) < sequential / 2  # the same calls, most of them together
+    reported = [r.id for r in reqs if r.reported]
+    for i in reported:
+        assert got[i].tokens == expected[i].tokens and got[i].same_logprobs(expected[i])
+    _same_recordings(one_by_one, in_step)
+
+
+def test_a_caged_sets_requests_served_alone_in_step_share_round_trips(monkeypatch):
+    """The calls requests make in step reach a caged kernel in one `calls` request per round, and
+    give what its calls one after another give."""
+    from agentloop.model.caged import CagedSet
+    from agentloop.model.decoder import required_ops
+    from agentloop.model.set_spec import parse_set
+    from gates.judge import client
+
+    config = load_config("tiny-llama")
+    weights = seeded_weights(config, seed=0)
+    reqs = make_requests(config, requests=3, new_tokens=2, seed=0, fillers=0, prompt_lens=(2, 3))
+    spec = f"caged=files:rms_norm={Path(__file__).parent / 'fixtures' / 'rms_norm' / 'torch_only.py'}"
+    tasks = required_ops(config)
+    sent: list[str] = []
+    send = client.wire.send
+    monkeypatch.setattr(client.wire, "send", lambda sock, header, fds=(): (sent.append(header["op"]),
+                                                                          send(sock, header, fds))[1])
+    with CagedSet(parse_set(spec, tasks, "cpu"), tasks, "cpu") as caged:
+        assert caged.ops.sources["rms_norm"].startswith("file")
+        expected, _ = run_plan(Decoder(config, weights, caged.ops), reqs, alone_plan(reqs), "cpu")
+        one_by_one = sent.count("call")
+        got, _ = run_alone(Decoder(config, weights, caged.ops), reqs, "cpu")
+        findings = caged.runners[0].take_findings()
+    steps = max(r.steps for r in reqs)  # rms_norm runs once a step (layer 0), each request alone
+    assert one_by_one == sum(r.steps for r in reqs) and sent.count("calls") == steps
+    assert sent.count("call") == one_by_one and not findings
+    for r in reqs:
+        assert got[r.id].tokens == expected[r.id].tokens and got[r.id].same_logprobs(expected[r.id])

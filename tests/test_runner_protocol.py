@@ -175,3 +175,52 @@ def test_an_output_the_judge_refuses_from_its_header_is_never_copied(runners):
     with pytest.raises(CandidateFailure, match="larger than any task's") as failed:
         runner.call([torch.zeros(2, 4), torch.ones(4), 1e-6])
     assert failed.value.rule == "SB007"
+
+
+COUNTS = ("import torch\n"
+          "CALLS = [0]\n"
+          "def rms_norm(x, weight, eps):\n"
+          "    CALLS[0] += 1\n"
+          "    if bool((x < 0).any()):\n"
+          "        raise ValueError('a negative input')\n"
+          "    return x * weight, torch.full((SIZE,), float(CALLS[0]), device=x.device)\n")
+
+
+def lanes_of(values: list[float], w: torch.Tensor) -> list[list]:
+    """One call's arguments per value: x of that value, the same weight for all."""
+    return [[torch.full((1, 4), v), w, 1e-6] for v in values]
+
+
+def test_calls_made_together_are_each_a_call_of_their_own_in_one_request(runners, requests):
+    runner = runner_for(runners, COUNTS, 8)
+    w = torch.full((4,), 2.0)
+    runner.call(lanes_of([1.0], w)[0])  # the room a call's outputs take is known from here on
+    requests.clear()
+    reports = runner.call_lanes(lanes_of([1.0, 2.0, 3.0], w))
+    assert requests == ["calls"]
+    assert [r.outs[0].tolist() for r in reports] == [[[2.0] * 4], [[4.0] * 4], [[6.0] * 4]]
+    assert [r.outs[1][0].item() for r in reports] == [2.0, 3.0, 4.0]  # called in order, once each
+    assert all(r.mutated == [] and r.late == [] for r in reports)
+
+
+def test_calls_after_one_whose_outputs_took_two_steps_are_sent_again(runners, requests):
+    runner = runner_for(runners, COUNTS, BIG)
+    w = torch.full((4,), 2.0)
+    requests.clear()
+    reports = runner.call_lanes(lanes_of([1.0, 2.0, 3.0], w))
+    # No room was known: the first call's outputs took the two-step placing (which grew the
+    # arena), the runner stopped there, and the other two went in a second request.
+    assert requests.count("calls") == 2 and requests.index("place") < len(requests) - 1
+    assert [r.outs[1][0].item() for r in reports] == [1.0, 2.0, 3.0]
+    assert [r.outs[0][0, 0].item() for r in reports] == [2.0, 4.0, 6.0]
+    requests.clear()
+    assert len(runner.call_lanes(lanes_of([1.0, 2.0], w))) == 2 and requests == ["calls"]
+
+
+def test_a_call_that_raises_among_calls_made_together_stops_the_ones_after_it(runners):
+    runner = runner_for(runners, COUNTS, 8)
+    w = torch.full((4,), 2.0)
+    with pytest.raises(client.CandidateRaised, match="negative"):
+        runner.call_lanes(lanes_of([1.0, -1.0, 2.0], w))
+    # The third was never called: this is the runner's third call, and it is in step.
+    assert runner.call(lanes_of([5.0], w)[0]).outs[1][0].item() == 3.0 and runner.alive

@@ -81,6 +81,14 @@ class CagedSet:
                 raise KernelFailed(f"{name} ({self.choice.name}): {exc.described}") from None
             return outs[0] if single else outs
 
+        def lanes(arg_lists: list[tuple]) -> list:
+            try:
+                reports = runner.call_lanes([list(args) for args in arg_lists])
+            except CandidateFailure as exc:
+                raise KernelFailed(f"{name} ({self.choice.name}): {exc.described}") from None
+            return [r.outs[0] if single else r.outs for r in reports]
+
+        call.lanes = lanes
         return call
 
     def close(self) -> None:

@@ -24,10 +24,10 @@ from agentloop.model.schedule import (
     PlannedStep,
     Request,
     RequestResult,
-    alone_plan,
     batched_plan,
     check_requests,
     make_requests,
+    run_alone,
     run_plan,
 )
 from agentloop.model.serving import ServingSpeed
@@ -149,7 +149,7 @@ def _find(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Callable
     wanted = set(differing)
     alone_rec, batched_rec = Recorder(wanted), Recorder(wanted)
     subset = [r for r in reqs if r.id in wanted]
-    run_plan(Decoder(config, weights, ops, alone_rec), subset, alone_plan(subset), device)
+    run_alone(Decoder(config, weights, ops, alone_rec), subset, device)
     run_plan(Decoder(config, weights, ops, batched_rec), reqs, plan, device)
     return {i: first_divergence(alone_rec, batched_rec, i) for i in differing}
 
@@ -165,17 +165,22 @@ def _first_runs(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Ca
     run goes beside them on the second copy. Most of a check's op calls are the alone schedule's,
     each waiting on its runner rather than the device, and the first batched run is where the
     kernels first see batches, and compile for them."""
-    alone = alone_plan(reqs)
     rec = recorders or {}
-    jobs = [(ops, rec.get("alone"), alone), (copies[0] if copies else ops, None, alone)] + \
-        [(c, rec.get("batched"), plan) for c in copies[1:2]]
+
+    def alone(o: Mapping[str, Callable], r: Recorder | None) -> dict[int, RequestResult]:
+        return run_alone(Decoder(config, weights, o, r), reqs, device)[0]
+
+    def batched(o: Mapping[str, Callable], r: Recorder | None) -> dict[int, RequestResult]:
+        return run_plan(Decoder(config, weights, o, r), reqs, plan, device)[0]
+
+    jobs = [(alone, ops, rec.get("alone")), (alone, copies[0] if copies else ops, None)] + \
+        [(batched, c, rec.get("batched")) for c in copies[1:2]]
     if not copies:
-        results = [run_plan(Decoder(config, weights, o, r), reqs, p, device)[0] for o, r, p in jobs]
+        results = [run(o, r) for run, o, r in jobs]
     else:
         with ThreadPoolExecutor(len(jobs), thread_name_prefix="first-run") as pool:
-            runs = [pool.submit(run_plan, Decoder(config, weights, o, r), reqs, p, device)
-                    for o, r, p in jobs]
-            results = [run.result()[0] for run in runs]
+            runs = [pool.submit(run, o, r) for run, o, r in jobs]
+            results = [run.result() for run in runs]
     return {"alone": results[:2], "batched": results[2:]}
 
 

@@ -24,8 +24,9 @@ has a task and a contract; a chunked-prefill attention task would be a later add
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 
@@ -41,6 +42,29 @@ def required_ops(config: ModelConfig) -> list[str]:
     """The tasks a decoder of this config calls."""
     extra = ["moe_topk_softmax"] if config.is_moe else []
     return [*DENSE_OPS, *extra, *(["per_token_quant_int8"] if config.agentloop_int8_activations else [])]
+
+
+class OpCall(NamedTuple):
+    """What a decoder step asks for: one call of a task's op; the step is sent back its result."""
+
+    task: str
+    args: tuple
+
+
+Calls = Generator[OpCall, Any, Any]
+"""A decoder step (or a schedule of them): it yields the op calls it needs, in order, is sent
+each one's result, and returns what it computed (`drive` runs one, `schedule.run_lanes` several
+in step)."""
+
+
+def drive(steps: Calls, ops: Mapping[str, Callable]) -> Any:
+    """Run `steps` to its end, each op call made on `ops` as it comes; its return value."""
+    try:
+        call = next(steps)
+        while True:
+            call = steps.send(ops[call.task](*call.args))
+    except StopIteration as stop:
+        return stop.value
 
 
 class OpContractError(RuntimeError):
@@ -94,13 +118,19 @@ class Decoder:
                              f"a {config.model_type} model needs {', '.join(required_ops(config))}")
         self.config, self.weights, self.ops, self.recorder = config, weights, ops, recorder
         self._owners: list[tuple[int, int]] = []
+        self._kv_len, self._global_step = 0, 0
+
+    def lane(self) -> Decoder:
+        """A decoder over the same model, ops and recorder with a step state of its own (a request
+        served alone beside others in step: `schedule.run_lanes`)."""
+        return Decoder(self.config, self.weights, self.ops, self.recorder)
 
     # One op call: the only place a kernel runs --------------------------------------------
     def _call(self, site: str, task: str, layer: int | None, args: tuple, n_outputs: int,
-              owners: list[tuple[int, int]] | None = None) -> tuple[torch.Tensor, ...]:
+              owners: list[tuple[int, int]] | None = None) -> Calls:
         owners = self._owners if owners is None else owners
         args = tuple(a.contiguous() if isinstance(a, torch.Tensor) else a for a in args)
-        result = self.ops[task](*args)
+        result = yield OpCall(task, args)
         outs = tuple(result) if isinstance(result, (tuple, list)) else (result,)
         if len(outs) != n_outputs or not all(isinstance(o, torch.Tensor) for o in outs):
             raise OpContractError(f"{site}: {task} returned {len(outs)} value(s) "
@@ -111,29 +141,29 @@ class Decoder:
             raise OpContractError(f"{site}: {task} returned shape {list(bad[0].shape)} for a batch of "
                                   f"{len(owners)} rows")
         if self.recorder is not None:
-            self.recorder.record(site, task, layer, outs, owners)
+            self.recorder.record(site, task, layer, outs, owners, self._kv_len, self._global_step)
         return outs
 
     def _project(self, site: str, layer: int | None, x: torch.Tensor, weight: torch.Tensor,
-                 owners: list[tuple[int, int]] | None = None, quantize: bool = True) -> torch.Tensor:
+                 owners: list[tuple[int, int]] | None = None, quantize: bool = True) -> Calls:
         """A projection without bias (a zero bias for the linear task); with int8 activations the
         input is quantised per token and dequantised first."""
         if quantize and self.config.agentloop_int8_activations:
-            q, scale = self._call(f"{site}.quant", "per_token_quant_int8", layer, (x,), 2, owners)
+            q, scale = yield from self._call(f"{site}.quant", "per_token_quant_int8", layer, (x,), 2, owners)
             x = (q.float() * scale.float()[:, None]).to(self.config.dtype)
         bias = self.weights.zero_bias(weight.shape[0])
-        return self._call(site, "linear", layer, (x, weight, bias), 1, owners)[0]
+        return (yield from self._call(site, "linear", layer, (x, weight, bias), 1, owners))[0]
 
     def _mlp(self, site: str, layer: int, x: torch.Tensor, expert: Expert,
-             owners: list[tuple[int, int]] | None = None) -> torch.Tensor:
-        gate_up = self._project(f"{site}.gate_up_proj", layer, x, expert.gate_up, owners)
-        act = self._call(f"{site}.act", "silu_and_mul", layer, (gate_up,), 1, owners)[0]
-        return self._project(f"{site}.down_proj", layer, act, expert.down, owners)
+             owners: list[tuple[int, int]] | None = None) -> Calls:
+        gate_up = yield from self._project(f"{site}.gate_up_proj", layer, x, expert.gate_up, owners)
+        act = (yield from self._call(f"{site}.act", "silu_and_mul", layer, (gate_up,), 1, owners))[0]
+        return (yield from self._project(f"{site}.down_proj", layer, act, expert.down, owners))
 
-    def _moe(self, i: int, x: torch.Tensor) -> torch.Tensor:
+    def _moe(self, i: int, x: torch.Tensor) -> Calls:
         layer, cfg = self.weights.layers[i], self.config
-        gating = self._project(f"layer{i}.router", i, x, layer.router, quantize=False)
-        weights, ids = self._call(f"layer{i}.topk", "moe_topk_softmax", i,
+        gating = yield from self._project(f"layer{i}.router", i, x, layer.router, quantize=False)
+        weights, ids = yield from self._call(f"layer{i}.topk", "moe_topk_softmax", i,
                                   (gating, cfg.num_experts_per_tok), 2)
         k = cfg.num_experts_per_tok
         # Mixtral renormalises the top-k weights; summed column by column so each row's sum is
@@ -154,7 +184,8 @@ class Decoder:
             rows = [t for t, row_ids in enumerate(chosen) if e in row_ids]
             if not rows:
                 continue
-            out = self._mlp(f"layer{i}.expert{e}", i, x[rows], expert, [self._owners[t] for t in rows])
+            owners = [self._owners[t] for t in rows]
+            out = yield from self._mlp(f"layer{i}.expert{e}", i, x[rows], expert, owners)
             for n, t in enumerate(rows):
                 picked[t, chosen[t].index(e)] = out[n].float()
         total = weights[:, 0, None] * picked[:, 0]
@@ -163,14 +194,15 @@ class Decoder:
         return total.to(cfg.dtype)
 
     def _attention(self, i: int, x: torch.Tensor, rows: list[Row], positions: torch.Tensor,
-                   seq_lens: torch.Tensor, kv_len: int) -> torch.Tensor:
+                   seq_lens: torch.Tensor, kv_len: int) -> Calls:
         cfg, layer = self.config, self.weights.layers[i]
         B, Hq, Hk, D = len(rows), cfg.num_attention_heads, cfg.kv_heads, cfg.head_size
-        qkv = self._project(f"layer{i}.qkv_proj", i, x, layer.qkv)
+        qkv = yield from self._project(f"layer{i}.qkv_proj", i, x, layer.qkv)
         q = qkv[:, :Hq * D].reshape(B, Hq, D)
         k = qkv[:, Hq * D:(Hq + Hk) * D].reshape(B, Hk, D)
         v = qkv[:, (Hq + Hk) * D:].reshape(B, Hk, D)
-        q, k = self._call(f"layer{i}.rotary", "rotary_embedding", i, (q, k, positions, cfg.rope_theta), 2)
+        q, k = yield from self._call(f"layer{i}.rotary", "rotary_embedding", i,
+                                     (q, k, positions, cfg.rope_theta), 2)
         k_cache = torch.zeros(B, kv_len, Hk, D, dtype=cfg.dtype, device=x.device)
         v_cache = torch.zeros_like(k_cache)
         for b, row in enumerate(rows):
@@ -179,20 +211,20 @@ class Decoder:
             row.cache.v[i][p] = v[b]
             k_cache[b, :p + 1] = row.cache.k[i][:p + 1]
             v_cache[b, :p + 1] = row.cache.v[i][:p + 1]
-        attn = self._call(f"layer{i}.attention", "decode_attention", i,
-                          (q, k_cache, v_cache, seq_lens, D ** -0.5), 1)[0]
-        return self._project(f"layer{i}.o_proj", i, attn.reshape(B, Hq * D), layer.o_proj)
+        attn = (yield from self._call(f"layer{i}.attention", "decode_attention", i,
+                                      (q, k_cache, v_cache, seq_lens, D ** -0.5), 1))[0]
+        return (yield from self._project(f"layer{i}.o_proj", i, attn.reshape(B, Hq * D), layer.o_proj))
 
-    def step(self, rows: list[Row], global_step: int = 0) -> StepOutput:
-        """Run one batch; rows may be in any order and of any requests."""
+    def step(self, rows: list[Row], global_step: int = 0) -> Calls:
+        """One batch (`drive` it; its value is the StepOutput); rows may be in any order and of
+        any requests."""
         cfg, w = self.config, self.weights
         device = w.embed.device
         self._owners = [(r.request, r.position) for r in rows]
         positions = torch.tensor([r.position for r in rows], dtype=torch.int64, device=device)
         seq_lens = (positions + 1).to(torch.int32)
         kv_len = max(r.position for r in rows) + 1
-        if self.recorder is not None:
-            self.recorder.begin_step(global_step, kv_len)
+        self._kv_len, self._global_step = kv_len, global_step
         tokens = torch.tensor([r.token for r in rows], dtype=torch.int64, device=device)
         hidden, residual = w.embed[tokens], None
         eps = cfg.rms_norm_eps
@@ -200,24 +232,27 @@ class Decoder:
             site = f"layer{i}.input_norm"
             if residual is None:
                 residual = hidden
-                x = self._call(site, "rms_norm", i, (hidden, layer.input_norm, eps), 1)[0]
+                x = (yield from self._call(site, "rms_norm", i, (hidden, layer.input_norm, eps), 1))[0]
             else:
-                x, residual = self._call(site, "fused_add_rms_norm", i,
-                                         (hidden, residual, layer.input_norm, eps), 2)
-            attn = self._attention(i, x, rows, positions, seq_lens, kv_len)
-            x, residual = self._call(f"layer{i}.post_attention_norm", "fused_add_rms_norm", i,
-                                     (attn, residual, layer.post_norm, eps), 2)
-            hidden = self._moe(i, x) if cfg.is_moe else self._mlp(f"layer{i}.mlp", i, x, layer.mlp)
-        normed, _ = self._call("final_norm", "fused_add_rms_norm", None, (hidden, residual, w.norm, eps), 2)
+                x, residual = yield from self._call(site, "fused_add_rms_norm", i,
+                                                    (hidden, residual, layer.input_norm, eps), 2)
+            attn = yield from self._attention(i, x, rows, positions, seq_lens, kv_len)
+            x, residual = yield from self._call(f"layer{i}.post_attention_norm", "fused_add_rms_norm", i,
+                                                (attn, residual, layer.post_norm, eps), 2)
+            mlp = self._moe(i, x) if cfg.is_moe else self._mlp(f"layer{i}.mlp", i, x, layer.mlp)
+            hidden = yield from mlp
+        normed, _ = yield from self._call("final_norm", "fused_add_rms_norm", None,
+                                          (hidden, residual, w.norm, eps), 2)
         emit = [b for b, r in enumerate(rows) if r.emits]
         if not emit:
             return StepOutput(tokens=[], logprobs=torch.empty(0, dtype=torch.float32))
         owners = [self._owners[b] for b in emit]
-        logits = self._project("lm_head", None, normed[emit], w.lm_head, owners, quantize=False)
-        ids = self._call("sample", "greedy_sample", None, (logits,), 1, owners)[0]
+        logits = yield from self._project("lm_head", None, normed[emit], w.lm_head, owners, quantize=False)
+        ids = (yield from self._call("sample", "greedy_sample", None, (logits,), 1, owners))[0]
         if ids.dtype.is_floating_point or not bool(((ids >= 0) & (ids < cfg.vocab_size)).all()):
             raise OpContractError(f"sample: greedy_sample returned {ids.dtype} ids {ids.tolist()[:8]}; "
                                   f"expected int64 token ids in 0..{cfg.vocab_size - 1}")
-        logprobs = self._call("logprobs", "token_logprobs", None, (logits, ids.long()), 1, owners)[0]
+        logprobs = (yield from self._call("logprobs", "token_logprobs", None, (logits, ids.long()), 1,
+                                          owners))[0]
         return StepOutput(tokens=[int(t) for t in ids.tolist()],
                           logprobs=logprobs.detach().to("cpu", torch.float32))

@@ -40,6 +40,13 @@ class KernelSet(Mapping):
         return KernelSet({**self._ops, **ops}, {**self.sources, **sources})
 
 
+def call_lanes(op: Callable, lanes: list[tuple]) -> list:
+    """`op` called on each argument tuple, in order: through its `lanes` attribute where it has
+    one (a caged runner's ops take them in one round trip), else one call after the other."""
+    together = getattr(op, "lanes", None)
+    return list(together(lanes)) if together is not None else [op(*args) for args in lanes]
+
+
 def _tasks(tasks: tuple[str, ...] | None) -> list[Task]:
     return [get_task(t) for t in (tasks or MODEL_TASKS)]
 

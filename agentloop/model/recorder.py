@@ -84,20 +84,15 @@ class Recorder:
     def __init__(self, requests: set[int] | None = None) -> None:
         self.requests = requests
         self.records: dict[tuple[int, int], list[Record]] = defaultdict(list)
-        self.kv_len = 0
-        self.global_step = 0
-
-    def begin_step(self, global_step: int, kv_len: int) -> None:
-        self.global_step, self.kv_len = global_step, kv_len
 
     def record(self, site: str, task: str, layer: int | None, outputs: tuple[torch.Tensor, ...],
-               owners: list[tuple[int, int]]) -> None:
-        """`owners[i]` is the (request, step) of row i of the op's batched outputs."""
+               owners: list[tuple[int, int]], kv_len: int, global_step: int) -> None:
+        """`owners[i]` is the (request, step) of row i of the op's batched outputs; `kv_len` and
+        `global_step` are the schedule step's."""
         for row, (request, step) in enumerate(owners):
             if self.requests is not None and request not in self.requests:
                 continue
-            ctx = BatchContext(batch_size=len(owners), row=row, kv_len=self.kv_len,
-                               global_step=self.global_step)
+            ctx = BatchContext(batch_size=len(owners), row=row, kv_len=kv_len, global_step=global_step)
             rows = tuple(out[row].detach().clone() for out in outputs)
             self.records[(request, step)].append(Record(site, task, layer, rows, ctx))
 

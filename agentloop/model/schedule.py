@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentloop.model.config import ModelConfig, ModelInputError
-from agentloop.model.decoder import Decoder, RequestCache, Row
+from agentloop.model.decoder import Calls, Decoder, OpCall, RequestCache, Row, drive
+from agentloop.model.kernel_sets import call_lanes
 
 
 class Request(BaseModel):
@@ -147,14 +150,14 @@ def alone_plan(requests: list[Request]) -> list[PlannedStep]:
     return plan
 
 
-def run_plan(decoder: Decoder, requests: list[Request], plan: list[PlannedStep],
-             device: str) -> tuple[dict[int, RequestResult], float]:
-    """Run a plan; per request its tokens and logprobs, and the wall time in seconds."""
+def serve_plan(decoder: Decoder, requests: list[Request], plan: list[PlannedStep],
+               device: str) -> Calls:
+    """A plan's steps as op calls (`decoder.drive` or `run_lanes` makes them); its value is each
+    request's tokens and logprobs."""
     by_id = {r.id: r for r in requests}
     results = {r.id: RequestResult() for r in requests}
     caches: dict[int, RequestCache] = {}
     cfg = decoder.config
-    start = time.perf_counter()
     for planned in plan:
         rows = []
         for pr in planned.rows:
@@ -165,7 +168,7 @@ def run_plan(decoder: Decoder, requests: list[Request], plan: list[PlannedStep],
             token = req.prompt[p] if p < len(req.prompt) else results[req.id].tokens[p - len(req.prompt)]
             rows.append(Row(request=req.id, position=p, token=token, cache=caches[req.id],
                             emits=p >= len(req.prompt) - 1))
-        out = decoder.step(rows, planned.step)
+        out = yield from decoder.step(rows, planned.step)
         emitting = [r for r in rows if r.emits]
         for row, token, logprob in zip(emitting, out.tokens, out.logprobs.tolist(), strict=True):
             results[row.request].tokens.append(token)
@@ -173,4 +176,56 @@ def run_plan(decoder: Decoder, requests: list[Request], plan: list[PlannedStep],
         for row in rows:  # a finished request leaves: its cache is freed
             if row.position == by_id[row.request].steps - 1:
                 caches.pop(row.request)
+    return results
+
+
+def run_plan(decoder: Decoder, requests: list[Request], plan: list[PlannedStep],
+             device: str) -> tuple[dict[int, RequestResult], float]:
+    """Run a plan; per request its tokens and logprobs, and the wall time in seconds."""
+    start = time.perf_counter()
+    results = drive(serve_plan(decoder, requests, plan, device), decoder.ops)
     return results, time.perf_counter() - start
+
+
+def run_alone(decoder: Decoder, requests: list[Request],
+              device: str) -> tuple[dict[int, RequestResult], float]:
+    """The alone plan, each reported request in batches of one row as `alone_plan` has them, but
+    the requests served in step (`run_lanes`): every op call is still one request's alone, and
+    the calls the requests make at the same point go to the op together (one round trip to a
+    caged runner instead of one each)."""
+    start = time.perf_counter()
+    plan = alone_plan(requests)
+    lanes = [serve_plan(decoder.lane(), [r], [s for s in plan if s.rows[0].request == r.id], device)
+             for r in requests if r.reported]
+    results: dict[int, RequestResult] = {r.id: RequestResult() for r in requests}
+    for lane in run_lanes(lanes, decoder.ops):
+        results.update(lane)
+    return results, time.perf_counter() - start
+
+
+def run_lanes(lanes: list[Calls], ops: Mapping[str, Callable]) -> list[Any]:
+    """Run independent op-call sequences in step: each round, every unfinished lane's next call,
+    grouped by task (in the order of the lanes) and made through `kernel_sets.call_lanes`; each
+    lane's value, in order. The calls a lane makes, and their order within it, are those of
+    running it alone."""
+    pending: dict[int, OpCall] = {}
+    values: list[Any] = [None] * len(lanes)
+
+    def advance(i: int, result: Any) -> None:
+        try:
+            pending[i] = lanes[i].send(result)
+        except StopIteration as stop:
+            pending.pop(i, None)
+            values[i] = stop.value
+
+    for i in range(len(lanes)):
+        advance(i, None)
+    while pending:
+        groups: dict[str, list[int]] = {}
+        for i, call in pending.items():
+            groups.setdefault(call.task, []).append(i)
+        for task, members in groups.items():
+            outs = call_lanes(ops[task], [pending[i].args for i in members])
+            for i, out in zip(members, outs, strict=True):
+                advance(i, out)
+    return values

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentloop.model.kernel_sets import KernelSet
+from agentloop.model.kernel_sets import KernelSet, call_lanes
 from gates.contract import Task, get_task
 
 MAX_SHAPES = 6
@@ -47,6 +47,16 @@ class ShapeLog:
 
         def call(*args: Any) -> Any:
             result = fn(*args)
+            note(args, result)
+            return result
+
+        def lanes(arg_lists: list[tuple]) -> list:
+            results = call_lanes(fn, arg_lists)
+            for args, result in zip(arg_lists, results, strict=True):
+                note(args, result)
+            return results
+
+        def note(args: tuple, result: Any) -> None:
             dims: dict[str, int] = {}
             outs = result if isinstance(result, (tuple, list)) else (result,)
             for spec, value in [*zip(task.args, args, strict=False), *zip(task.outputs, outs, strict=False)]:
@@ -59,7 +69,8 @@ class ShapeLog:
                 self._seen.setdefault(key, set()).add(batch)
                 for axis, n in lengths.items():  # a padded length: the gate sweeps it; keep the longest
                     self._longest[(key, axis)] = max(n, self._longest.get((key, axis), 0))
-            return result
+
+        call.lanes = lanes
         return call
 
     def shapes(self) -> list[OpShapes]:

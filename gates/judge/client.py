@@ -171,6 +171,9 @@ class Runner:
         """Copies of this judge's out of the arena may still be queued on the device (`_request`)."""
         self._out_room = 0
         """Bytes the last call's outputs took: the room the next call's arena keeps for its outputs."""
+        self._lane_room = 0
+        """The most bytes one call's outputs took (up to OUTPUT_ROOM_LIMIT): the room each call of a
+        `call_lanes` request is offered."""
         self._slots: dict[int, tuple[int, weakref.ref]] = {}
         self._freed: list[int] = []
         self._next_slot = 0
@@ -289,13 +292,17 @@ class Runner:
             wire.send(self.sock, header, fds)
         except (OSError, wire.WireError):
             raise self._death("closed") from None
+        return self._reply(header["op"], expect)
+
+    def _reply(self, asked: str, expect: str) -> dict:
+        """The runner's next message, which must be the `expect` answer to an `asked` request."""
         reply = self._wait()
         if reply.get("op") == "failed" and str(reply.get("error")).startswith("out of memory"):
             raise self._out_of_memory(str(reply["error"]))
         if reply.get("op") != expect:
             self._stop_for("sent a message the judge did not ask for", "SB007")
             raise _failure(self, f"the runner answered {str(reply.get('op'))[:40]!r} to a "
-                                   f"{header['op']!r} request", "SB007")
+                                   f"{asked!r} request", "SB007")
         return reply
 
     def _out_of_memory(self, said: str) -> CandidateFailure:
@@ -427,25 +434,35 @@ class Runner:
     def _encode(self, args: list[Any], room: int = 0) -> tuple[list[dict], int]:
         """Copy the tensors of `args` into the arena, one after the other from its start, with
         at least `room` bytes left after them (for the outputs); their specs, and where they end."""
-        specs, offset = [], 0
-        tensors = []
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                tensors.append((a, offset))
-                offset += aligned(a.numel() * a.element_size())
+        lanes, end = self._encode_lanes([args], room)
+        return lanes[0], end
+
+    def _encode_lanes(self, lanes: list[list[Any]], room: int = 0) -> tuple[list[list[dict]], int]:
+        """`_encode` for the argument lists of several calls at once: a tensor passed to several
+        of them (a weight) goes into the arena once, and every call's spec points at it."""
+        offsets: dict[int, int] = {}
+        tensors, offset = [], 0
+        for args in lanes:
+            for a in args:
+                if isinstance(a, torch.Tensor) and id(a) not in offsets:
+                    offsets[id(a)] = offset
+                    tensors.append((a, offset))
+                    offset += aligned(a.numel() * a.element_size())
         self._grow(offset + room)
-        placed = iter(tensors)
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                t, off = next(placed)
-                shape = list(t.shape)
-                self.arena.view(off, t.dtype, shape).copy_(t)
-                specs.append({"t": "tensor", "slot": self._slot(t), "off": off, "dtype": self._names[t.dtype],
-                              "shape": shape})
-            elif a is None or isinstance(a, (bool, int, float, str)):
-                specs.append({"t": "value", "v": a})
-            else:
-                raise TypeError(f"cannot pass a {type(a).__name__} to a candidate")
+        for t, off in tensors:
+            self.arena.view(off, t.dtype, list(t.shape)).copy_(t)
+        specs = []
+        for args in lanes:
+            lane = []
+            for a in args:
+                if isinstance(a, torch.Tensor):
+                    lane.append({"t": "tensor", "slot": self._slot(a), "off": offsets[id(a)],
+                                 "dtype": self._names[a.dtype], "shape": list(a.shape)})
+                elif a is None or isinstance(a, (bool, int, float, str)):
+                    lane.append({"t": "value", "v": a})
+                else:
+                    raise TypeError(f"cannot pass a {type(a).__name__} to a candidate")
+            specs.append(lane)
         self.arena.settle()
         self._unsettled = False
         return specs, offset
@@ -541,6 +558,45 @@ class Runner:
         reply = self._request({"op": "call", "args": specs, "free": free, "track": track,
                                "out": [end, room]}, "result")
         outs, placed = self._receive_outputs(reply, end, room)
+        self._lane_room = max(self._lane_room, self._out_room)
+        return self._report(args, specs, outs, reply, placed)
+
+    def call_lanes(self, lanes: list[list[Any]], *, track: bool = False) -> list[CallReport]:
+        """Several independent calls of the entry, in order, as `call` would make each one (the
+        runner calls them one after the other with every check of a call), with one request for
+        as many as go through at once: the model check serves its requests alone in step, and
+        one request per call cost most of its time in round trips. The first failure raises as
+        `call`'s does; the calls after it are not made."""
+        reports: list[CallReport] = []
+        while len(reports) < len(lanes):
+            reports += self._call_lanes(lanes[len(reports):], track)
+        return reports
+
+    def _call_lanes(self, lanes: list[list[Any]], track: bool) -> list[CallReport]:
+        """One `calls` request; the reports of the calls the runner made in it (it stops after a
+        call whose outputs took the two-step placing, which may have replaced the arena)."""
+        free, self._freed = self._freed, []
+        room = aligned(min(self._lane_room, OUTPUT_ROOM_LIMIT // len(lanes)))
+        specs, end = self._encode_lanes(lanes, room * len(lanes))
+        bounds = [[end + k * room, end + (k + 1) * room] for k in range(len(lanes))]
+        bounds[-1][1] = self.arena.size
+        reply = self._request({"op": "calls", "free": free, "calls": [
+            {"args": lane, "track": track, "out": out} for lane, out in zip(specs, bounds, strict=True)]},
+            "result")
+        reports = []
+        for k, (args, lane, (start, stop)) in enumerate(zip(lanes, specs, bounds, strict=True)):
+            if k:
+                reply = self._reply("calls", "result")
+            outs, placed = self._receive_outputs(reply, start, stop)
+            self._lane_room = max(self._lane_room, self._out_room)
+            reports.append(self._report(args, lane, outs, reply, placed))
+            if reply.get("placed") is not True:
+                break
+        return reports
+
+    def _report(self, args: list[Any], specs: list[dict], outs: tuple, reply: dict,
+                placed: dict) -> CallReport:
+        """What a call's replies say, checked as data; a write to an input mirrored into it."""
         report = CallReport(outs=outs, launches=_int(reply.get("launches")),
                             reused=reply.get("reused") is True,
                             state_changes=[str(c)[:200] for c in _list(reply.get("state_changes"))][:10])

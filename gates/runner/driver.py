@@ -161,7 +161,7 @@ class Driver:
             return header
 
     def serve(self) -> None:
-        ops = {"load": self.load, "call": self.call, "bench_prepare": self.bench_prepare,
+        ops = {"load": self.load, "call": self.call, "calls": self.calls, "bench_prepare": self.bench_prepare,
                "bench_reps": self.bench_reps, "bench_samples": self.bench_samples,
                "bench_reveal": self.bench_reveal, "park": self.park,
                "report": lambda m: self.reply({"op": "report"})}
@@ -312,7 +312,24 @@ class Driver:
         shift = target // itemsize
         return base[shift:shift + n].view(shape)
 
-    def call(self, message: dict) -> None:
+    def calls(self, message: dict) -> None:
+        """Several independent calls in one request (the model check's requests served alone, in
+        step): each lane exactly as a `call` of its own, one after the other, each with its own
+        reply; after a lane whose reply is not a result placed at once without error (it failed,
+        or its outputs took the two-step placing, which may replace the arena the later lanes'
+        inputs are in) the rest are not called, and the judge sends them again."""
+        for slot in message.get("free", []):
+            self.slots.pop(slot, None)
+        lanes = message.get("calls")
+        if not isinstance(lanes, list) or not lanes or not all(isinstance(lane, dict) for lane in lanes):
+            self.reply({"op": "result", "error": "bad call from the judge: no calls", "outs": []})
+            return
+        for lane in lanes:
+            if not self.call(lane):
+                return
+
+    def call(self, message: dict) -> bool:
+        """One call of the entry, replied to; whether its outputs were placed at once, without error."""
         for slot in message.get("free", []):
             self.slots.pop(slot, None)
         try:
@@ -325,13 +342,13 @@ class Driver:
             pristine = [(i, t, v if v.device == t.device else t.clone()) for i, t, v in tensors]
         except (KeyError, ValueError, TypeError) as exc:
             self.reply({"op": "result", "error": f"bad call from the judge: {exc}", "outs": []})
-            return
+            return False
         except Exception as exc:
             if not self.out_of_memory(exc):
                 raise
             self.reply({"op": "result", "error": f"out of memory: the runner could not hold the call's "
                                                   f"inputs: {loader.describe_exception(exc)}", "outs": []})
-            return
+            return False
         threads = threading.active_count()
         launches = self.launches[0]
         state = loader.torch_global_state()
@@ -361,9 +378,9 @@ class Driver:
             self.recorder.add("SB007", f"an output could not be read as a tensor ({type(exc).__name__})")
             error = f"an output could not be read: {loader.describe_exception(exc)}"
             self.reply({"op": "result", "error": error, "outs": []})
-            return
+            return False
         if outs is None:
-            return
+            return False
         if track:
             try:
                 self.previous = [(o, o.clone()) for o in outs if _is_tensor(self.torch, o)]
@@ -371,13 +388,14 @@ class Driver:
                 if not self.out_of_memory(exc):
                     raise
                 self.reply_placed_out_of_memory(exc, reply["op"])
-                return
+                return False
         storage = lambda t: t.untyped_storage().data_ptr()
         reply["aliases"] = [[k, i] for k, out in enumerate(outs) if _is_tensor(self.torch, out)
                             for i, t, _ in tensors if storage(out) == storage(t)]
         if threading.active_count() > threads:
             self.recorder.add("SB004", "the candidate left a thread running after its call returned")
         self.reply(reply)
+        return reply.get("placed") is True and reply.get("error") is None
 
     def reply_placed_out_of_memory(self, exc: BaseException, op: str = "placed") -> None:
         """The answer to `place` (or to `call`, where the outputs went at once) when the driver's
