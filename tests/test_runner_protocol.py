@@ -188,12 +188,13 @@ COUNTS = ("import torch\n"
 
 def lanes_of(values: list[float], w: torch.Tensor) -> list[list]:
     """One call's arguments per value: x of that value, the same weight for all."""
-    return [[torch.full((1, 4), v), w, 1e-6] for v in values]
+    return [[torch.full((1, 4), v, device=w.device), w, 1e-6] for v in values]
 
 
-def test_calls_made_together_are_each_a_call_of_their_own_in_one_request(runners, requests):
-    runner = runner_for(runners, COUNTS, 8)
-    w = torch.full((4,), 2.0)
+@pytest.mark.parametrize("device", DEVICES)
+def test_calls_made_together_are_each_a_call_of_their_own_in_one_request(runners, requests, device):
+    runner = runner_for(runners, COUNTS, 8, device)
+    w = torch.full((4,), 2.0, device=device)
     runner.call(lanes_of([1.0], w)[0])  # the room a call's outputs take is known from here on
     requests.clear()
     reports = runner.call_lanes(lanes_of([1.0, 2.0, 3.0], w))
