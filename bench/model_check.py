@@ -31,6 +31,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--gate-shapes", action="store_true")
+    parser.add_argument("--twins", choices=("auto", "on", "off"), default="auto",
+                        help="copies of a caged set's runners for its first runs (auto: on a GPU)")
     parser.add_argument("--serving", action="store_true", help="also time each set in a serving process")
     parser.add_argument("--served-only", action="store_true",
                         help="only time each set in a serving process (no check: tokens not compared)")
@@ -43,7 +45,8 @@ def main() -> int:
         start = time.perf_counter()
         report = check_sets([spec], args.config, requests=args.requests, new_tokens=args.new_tokens,
                             device=args.device, gate_shapes=args.gate_shapes,
-                            serving=args.serving)
+                            serving=args.serving,
+                            twin_runs={"auto": None, "on": True, "off": False}[args.twins])
         seconds = time.perf_counter() - start
         s = report.sets[0]
         first = next((c.divergence.describe() for c in s.requests if c.divergence is not None), "-")

@@ -212,7 +212,10 @@ def test_twin_runners_give_the_alone_runs_of_a_caged_set(monkeypatch):
     alone, twinned = (reports[t].sets[0] for t in (False, True))
     assert not twinned.error and twinned.nondeterministic == 0, twinned
     assert twinned.requests and not twinned.sandbox_findings
-    assert list(twinned.phases) == ["runners", "alone", "batched"]  # no finder's runs: recorded at once
+    # No finder's runs (recorded at once); the first batched run went beside the alone runs.
+    assert list(twinned.phases) == ["runners", "alone", "alone run", "first batched run", "batched"]
+    assert list(alone.phases) == ["runners", "alone", "alone run", "batched"]
+    assert twinned.phases["alone"] >= max(twinned.phases["alone run"], twinned.phases["first batched run"])
     assert [c.model_dump() for c in twinned.requests] == [c.model_dump() for c in alone.requests]
 
 

@@ -82,8 +82,9 @@ class SetReport(BaseModel):
     phases: dict[str, float] = {}
     """Wall seconds of the set's check by phase: `runners` (its caged runners booted and loaded),
     `alone` (the alone schedule's two runs, and the first batched run where it goes beside them
-    on a copy of the kernels), `batched` (the batched runs after that), `finder` (its extra runs,
-    if any): where the 60 s of a set go."""
+    on a copy of the kernels), within it `alone run` (the longer alone run) and `first batched
+    run` (where it goes beside them), `batched` (the batched runs after that), `finder` (its
+    extra runs, if any): where the 60 s of a set go."""
     batched_tokens: dict[int, list[int]] = Field(default_factory=dict, exclude=True)
     """Each reported request's tokens in the timed batched run (what `serving` is checked against)."""
 
@@ -156,22 +157,26 @@ def _find(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Callable
 
 def _first_runs(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Callable],
                 copies: Sequence[Mapping[str, Callable]], reqs: list[Request], plan: list[PlannedStep],
-                device: str, recorders: dict[str, Recorder] | None
-                ) -> dict[str, list[dict[int, RequestResult]]]:
+                device: str, recorders: dict[str, Recorder] | None,
+                took: dict[str, float]) -> dict[str, list[dict[int, RequestResult]]]:
     """The runs before the timed one: the alone schedule's two and, with a second copy of the
     kernels, the batched schedule's first. The first of each schedule records (with `recorders`).
     Without `copies` they go one after the other. With one copy (the same kernels in runners of
     their own), the alone runs go at once, the second on the copy; with two, the first batched
     run goes beside them on the second copy. Most of a check's op calls are the alone schedule's,
     each waiting on its runner rather than the device, and the first batched run is where the
-    kernels first see batches, and compile for them."""
+    kernels first see batches, and compile for them. `took` gets each kind of run's wall seconds
+    (the longer of the two alone runs)."""
     rec = recorders or {}
 
     def alone(o: Mapping[str, Callable], r: Recorder | None) -> dict[int, RequestResult]:
-        return run_alone(Decoder(config, weights, o, r), reqs, device)[0]
+        results, seconds = run_alone(Decoder(config, weights, o, r), reqs, device)
+        took["alone run"] = max(seconds, took.get("alone run", 0.0))
+        return results
 
     def batched(o: Mapping[str, Callable], r: Recorder | None) -> dict[int, RequestResult]:
-        return run_plan(Decoder(config, weights, o, r), reqs, plan, device)[0]
+        results, took["first batched run"] = run_plan(Decoder(config, weights, o, r), reqs, plan, device)
+        return results
 
     jobs = [(alone, ops, rec.get("alone")), (alone, copies[0] if copies else ops, None)] + \
         [(batched, c, rec.get("batched")) for c in copies[1:2]]
@@ -195,9 +200,11 @@ def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weig
     recorders = {"alone": Recorder({r.id for r in reported}), "batched": Recorder({r.id for r in reported})}
     began = time.perf_counter()
     try:
+        took: dict[str, float] = {}
         runs = _first_runs(config, weights, ops, copies, reqs, plan, device,
-                           recorders if record_now else None)
+                           recorders if record_now else None, took)
         report.phases["alone"], began = time.perf_counter() - began, time.perf_counter()
+        report.phases.update({k: took[k] for k in ("alone run", "first batched run") if k in took})
         batched_ops = copies[1] if len(copies) > 1 else ops
         for run in range(len(runs["batched"]), 2):
             # The first run records (if it does); the second, warm (kernels compiled, the vendor
