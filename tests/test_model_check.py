@@ -213,9 +213,9 @@ def test_twin_runners_give_the_alone_runs_of_a_caged_set(monkeypatch):
     assert not twinned.error and twinned.nondeterministic == 0, twinned
     assert twinned.requests and not twinned.sandbox_findings
     # No finder's runs (recorded at once); the first batched run went beside the alone runs.
-    assert list(twinned.phases) == ["runners", "alone", "alone run", "first batched run", "batched"]
-    assert list(alone.phases) == ["runners", "alone", "alone run", "batched"]
-    assert twinned.phases["alone"] >= max(twinned.phases["alone run"], twinned.phases["first batched run"])
+    assert list(twinned.phases) == ["runners", "alone", "alone runs", "first batched run", "batched"]
+    assert list(alone.phases) == ["runners", "alone", "alone runs", "batched"]
+    assert twinned.phases["alone"] >= max(twinned.phases["alone runs"], twinned.phases["first batched run"])
     assert [c.model_dump() for c in twinned.requests] == [c.model_dump() for c in alone.requests]
 
 
@@ -239,33 +239,33 @@ def test_requests_served_alone_in_step_give_what_they_give_one_after_another(nam
     reqs = make_requests(config, requests=3, new_tokens=3, seed=0, fillers=2, prompt_lens=(1, 4))
     assert len({len(r.prompt) for r in reqs if r.reported}) > 1  # lanes that end at different rounds
     made: list[int] = []
-    ops = reference_ops()
 
-    class Counting(dict):
-        def __getitem__(self, task):
-            op = ops[task]
+    def counting(op):
+        def call(*args):
+            made.append(1)
+            return op(*args)
 
-            def call(*args):
-                made.append(1)
-                return op(*args)
+        def start_lanes(arg_lists):
+            made.append(len(arg_lists))
+            results = [op(*args) for args in arg_lists]
+            return lambda: results
 
-            def lanes(arg_lists):
-                made.append(len(arg_lists))
-                return [op(*args) for args in arg_lists]
+        call.start_lanes = start_lanes
+        return call
 
-            call.lanes = lanes
-            return call
-
-    counted = Counting(ops)
+    counted = {task: counting(op) for task, op in reference_ops().items()}
     one_by_one, in_step = Recorder(), Recorder()
     expected, _ = run_plan(Decoder(config, weights, counted, one_by_one), reqs, alone_plan(reqs), "cpu")
     sequential = len(made)
     made.clear()
-    got, _ = run_alone(Decoder(config, weights, counted, in_step), reqs, "cpu")
-    assert sum(made) == sequential and len(made) < sequential / 2  # the same calls, most of them together
+    runs = [Decoder(config, weights, counted, in_step), Decoder(config, weights, counted)]
+    (got, again), _ = run_alone(runs, reqs, "cpu")
+    # Both runs' calls, most of them together: the two runs' requests on the same ops share rounds.
+    assert sum(made) == 2 * sequential and len(made) < sequential / 2
     reported = [r.id for r in reqs if r.reported]
     for i in reported:
         assert got[i].tokens == expected[i].tokens and got[i].same_logprobs(expected[i])
+        assert again[i].tokens == expected[i].tokens and again[i].same_logprobs(expected[i])
     _same_recordings(one_by_one, in_step)
 
 
@@ -290,7 +290,7 @@ def test_a_caged_sets_requests_served_alone_in_step_share_round_trips(monkeypatc
         assert caged.ops.sources["rms_norm"].startswith("file")
         expected, _ = run_plan(Decoder(config, weights, caged.ops), reqs, alone_plan(reqs), "cpu")
         one_by_one = sent.count("call")
-        got, _ = run_alone(Decoder(config, weights, caged.ops), reqs, "cpu")
+        (got,), _ = run_alone([Decoder(config, weights, caged.ops)], reqs, "cpu")
         findings = caged.runners[0].take_findings()
     steps = max(r.steps for r in reqs)  # rms_norm runs once a step (layer 0), each request alone
     assert one_by_one == sum(r.steps for r in reqs) and sent.count("calls") == steps

@@ -225,3 +225,18 @@ def test_a_call_that_raises_among_calls_made_together_stops_the_ones_after_it(ru
         runner.call_lanes(lanes_of([1.0, -1.0, 2.0], w))
     # The third was never called: this is the runner's third call, and it is in step.
     assert runner.call(lanes_of([5.0], w)[0]).outs[1][0].item() == 3.0 and runner.alive
+
+
+def test_calls_sent_to_two_runners_at_once_are_read_in_turn(runners):
+    other = Runners()  # a pool holds one runner awake at a time
+    try:
+        first = runner_for(runners, COUNTS, 8)
+        second = runner_for(other, COUNTS.replace("x * weight", "x + weight"), 8)
+        w = torch.full((4,), 2.0)
+        finish_first = first.start_lanes(lanes_of([1.0, 2.0], w))
+        finish_second = second.start_lanes(lanes_of([3.0], w))  # sent before the first's replies are read
+        assert [r.outs[0][0, 0].item() for r in finish_second()] == [5.0]
+        assert [r.outs[0][0, 0].item() for r in finish_first()] == [2.0, 4.0]
+        assert first.alive and second.alive
+    finally:
+        other.close()

@@ -74,21 +74,32 @@ class CagedSet:
         entry = RemoteEntry(runner)
         single = len(task.outputs) == 1
 
+        def failed(exc: CandidateFailure) -> KernelFailed:
+            return KernelFailed(f"{name} ({self.choice.name}): {exc.described}")
+
         def call(*args: Any) -> Any:
             try:
                 outs = entry(*args)
             except CandidateFailure as exc:
-                raise KernelFailed(f"{name} ({self.choice.name}): {exc.described}") from None
+                raise failed(exc) from None
             return outs[0] if single else outs
 
-        def lanes(arg_lists: list[tuple]) -> list:
+        def lanes(arg_lists: list[tuple]) -> Callable[[], list]:
             try:
-                reports = runner.call_lanes([list(args) for args in arg_lists])
+                finish = runner.start_lanes([list(args) for args in arg_lists])
             except CandidateFailure as exc:
-                raise KernelFailed(f"{name} ({self.choice.name}): {exc.described}") from None
-            return [r.outs[0] if single else r.outs for r in reports]
+                raise failed(exc) from None
 
-        call.lanes = lanes
+            def results() -> list:
+                try:
+                    reports = finish()
+                except CandidateFailure as exc:
+                    raise failed(exc) from None
+                return [r.outs[0] if single else r.outs for r in reports]
+
+            return results
+
+        call.start_lanes = lanes
         return call
 
     def close(self) -> None:

@@ -82,7 +82,7 @@ class SetReport(BaseModel):
     phases: dict[str, float] = {}
     """Wall seconds of the set's check by phase: `runners` (its caged runners booted and loaded),
     `alone` (the alone schedule's two runs, and the first batched run where it goes beside them
-    on a copy of the kernels), within it `alone run` (the longer alone run) and `first batched
+    on a copy of the kernels), within it `alone runs` (the two, in step) and `first batched
     run` (where it goes beside them), `batched` (the batched runs after that), `finder` (its
     extra runs, if any): where the 60 s of a set go."""
     batched_tokens: dict[int, list[int]] = Field(default_factory=dict, exclude=True)
@@ -150,7 +150,7 @@ def _find(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Callable
     wanted = set(differing)
     alone_rec, batched_rec = Recorder(wanted), Recorder(wanted)
     subset = [r for r in reqs if r.id in wanted]
-    run_alone(Decoder(config, weights, ops, alone_rec), subset, device)
+    run_alone([Decoder(config, weights, ops, alone_rec)], subset, device)
     run_plan(Decoder(config, weights, ops, batched_rec), reqs, plan, device)
     return {i: first_divergence(alone_rec, batched_rec, i) for i in differing}
 
@@ -161,32 +161,30 @@ def _first_runs(config: ModelConfig, weights: ModelWeights, ops: Mapping[str, Ca
                 took: dict[str, float]) -> dict[str, list[dict[int, RequestResult]]]:
     """The runs before the timed one: the alone schedule's two and, with a second copy of the
     kernels, the batched schedule's first. The first of each schedule records (with `recorders`).
-    Without `copies` they go one after the other. With one copy (the same kernels in runners of
-    their own), the alone runs go at once, the second on the copy; with two, the first batched
-    run goes beside them on the second copy. Most of a check's op calls are the alone schedule's,
-    each waiting on its runner rather than the device, and the first batched run is where the
-    kernels first see batches, and compile for them. `took` gets each kind of run's wall seconds
-    (the longer of the two alone runs)."""
+    The alone runs go in step (`run_alone`), the second on the first copy where there is one
+    (the same kernels in runners of their own, whose requests go out beside the first run's),
+    else on the same kernels. With a second copy the first batched run goes on it at the same
+    time, in a thread of its own: it is where the kernels first see batches, and compile for
+    them. `took` gets each kind of run's wall seconds."""
     rec = recorders or {}
 
-    def alone(o: Mapping[str, Callable], r: Recorder | None) -> dict[int, RequestResult]:
-        results, seconds = run_alone(Decoder(config, weights, o, r), reqs, device)
-        took["alone run"] = max(seconds, took.get("alone run", 0.0))
+    def alone() -> list[dict[int, RequestResult]]:
+        decoders = [Decoder(config, weights, ops, rec.get("alone")),
+                    Decoder(config, weights, copies[0] if copies else ops, None)]
+        results, took["alone runs"] = run_alone(decoders, reqs, device)
         return results
 
-    def batched(o: Mapping[str, Callable], r: Recorder | None) -> dict[int, RequestResult]:
-        results, took["first batched run"] = run_plan(Decoder(config, weights, o, r), reqs, plan, device)
-        return results
+    def batched(o: Mapping[str, Callable]) -> list[dict[int, RequestResult]]:
+        results, took["first batched run"] = run_plan(Decoder(config, weights, o, rec.get("batched")), reqs,
+                                                      plan, device)
+        return [results]
 
-    jobs = [(alone, ops, rec.get("alone")), (alone, copies[0] if copies else ops, None)] + \
-        [(batched, c, rec.get("batched")) for c in copies[1:2]]
-    if not copies:
-        results = [run(o, r) for run, o, r in jobs]
-    else:
-        with ThreadPoolExecutor(len(jobs), thread_name_prefix="first-run") as pool:
-            runs = [pool.submit(run, o, r) for run, o, r in jobs]
-            results = [run.result() for run in runs]
-    return {"alone": results[:2], "batched": results[2:]}
+    if len(copies) < 2:
+        return {"alone": alone(), "batched": []}
+    with ThreadPoolExecutor(1, thread_name_prefix="first-batched-run") as pool:
+        first_batched = pool.submit(batched, copies[1])
+        runs = alone()
+        return {"alone": runs, "batched": first_batched.result()}
 
 
 def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weights: ModelWeights,
@@ -204,7 +202,7 @@ def _check_set(name: str, ops: Mapping[str, Callable], config: ModelConfig, weig
         runs = _first_runs(config, weights, ops, copies, reqs, plan, device,
                            recorders if record_now else None, took)
         report.phases["alone"], began = time.perf_counter() - began, time.perf_counter()
-        report.phases.update({k: took[k] for k in ("alone run", "first batched run") if k in took})
+        report.phases.update({k: took[k] for k in ("alone runs", "first batched run") if k in took})
         batched_ops = copies[1] if len(copies) > 1 else ops
         for run in range(len(runs["batched"]), 2):
             # The first run records (if it does); the second, warm (kernels compiled, the vendor

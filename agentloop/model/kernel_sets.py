@@ -40,11 +40,16 @@ class KernelSet(Mapping):
         return KernelSet({**self._ops, **ops}, {**self.sources, **sources})
 
 
-def call_lanes(op: Callable, lanes: list[tuple]) -> list:
-    """`op` called on each argument tuple, in order: through its `lanes` attribute where it has
-    one (a caged runner's ops take them in one round trip), else one call after the other."""
-    together = getattr(op, "lanes", None)
-    return list(together(lanes)) if together is not None else [op(*args) for args in lanes]
+def start_lanes(op: Callable, lanes: list[tuple]) -> Callable[[], list]:
+    """`op` called on each argument tuple, in order; the function returned gives their results.
+    An op with a `start_lanes` attribute (a caged runner's) sends them in one request now and
+    reads the replies when asked, so requests to several runners can be out at once; any other
+    op is called one call after the other, now."""
+    start = getattr(op, "start_lanes", None)
+    if start is not None:
+        return start(lanes)
+    results = [op(*args) for args in lanes]
+    return lambda: results
 
 
 def _tasks(tasks: tuple[str, ...] | None) -> list[Task]:

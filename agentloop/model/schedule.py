@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentloop.model.config import ModelConfig, ModelInputError
 from agentloop.model.decoder import Calls, Decoder, OpCall, RequestCache, Row, drive
-from agentloop.model.kernel_sets import call_lanes
+from agentloop.model.kernel_sets import start_lanes
 
 
 class Request(BaseModel):
@@ -187,33 +187,40 @@ def run_plan(decoder: Decoder, requests: list[Request], plan: list[PlannedStep],
     return results, time.perf_counter() - start
 
 
-def run_alone(decoder: Decoder, requests: list[Request],
-              device: str) -> tuple[dict[int, RequestResult], float]:
-    """The alone plan, each reported request in batches of one row as `alone_plan` has them, but
-    the requests served in step (`run_lanes`): every op call is still one request's alone, and
-    the calls the requests make at the same point go to the op together (one round trip to a
-    caged runner instead of one each)."""
+def run_alone(decoders: list[Decoder], requests: list[Request],
+              device: str) -> tuple[list[dict[int, RequestResult]], float]:
+    """The alone plan once per decoder (the runs of one schedule, each on its own decoder and
+    kernels): each reported request in batches of one row as `alone_plan` has them, but every
+    request of every run served in step (`run_lanes`). Each op call is still one request's alone;
+    the calls the requests make at the same point go to an op together (one round trip to a
+    caged runner instead of one each), and to the ops of different runs at once. Per run, each
+    request's tokens and logprobs; the wall time."""
     start = time.perf_counter()
     plan = alone_plan(requests)
-    lanes = [serve_plan(decoder.lane(), [r], [s for s in plan if s.rows[0].request == r.id], device)
-             for r in requests if r.reported]
-    results: dict[int, RequestResult] = {r.id: RequestResult() for r in requests}
-    for lane in run_lanes(lanes, decoder.ops):
-        results.update(lane)
-    return results, time.perf_counter() - start
+    lanes = [(serve_plan(decoder.lane(), [r], [s for s in plan if s.rows[0].request == r.id], device),
+              decoder.ops) for decoder in decoders for r in requests if r.reported]
+    values = iter(run_lanes(lanes))
+    runs = []
+    for _ in decoders:
+        results = {r.id: RequestResult() for r in requests}
+        for r in requests:
+            if r.reported:
+                results.update(next(values))
+        runs.append(results)
+    return runs, time.perf_counter() - start
 
 
-def run_lanes(lanes: list[Calls], ops: Mapping[str, Callable]) -> list[Any]:
-    """Run independent op-call sequences in step: each round, every unfinished lane's next call,
-    grouped by task (in the order of the lanes) and made through `kernel_sets.call_lanes`; each
-    lane's value, in order. The calls a lane makes, and their order within it, are those of
-    running it alone."""
+def run_lanes(lanes: list[tuple[Calls, Mapping[str, Callable]]]) -> list[Any]:
+    """Run independent op-call sequences in step, each on its ops: each round, every unfinished
+    lane's next call, grouped by the op it calls (in the order of the lanes) and made through
+    `kernel_sets.start_lanes`, every group's request sent before any is read; each lane's value,
+    in order. The calls a lane makes, and their order within it, are those of running it alone."""
     pending: dict[int, OpCall] = {}
     values: list[Any] = [None] * len(lanes)
 
     def advance(i: int, result: Any) -> None:
         try:
-            pending[i] = lanes[i].send(result)
+            pending[i] = lanes[i][0].send(result)
         except StopIteration as stop:
             pending.pop(i, None)
             values[i] = stop.value
@@ -221,11 +228,13 @@ def run_lanes(lanes: list[Calls], ops: Mapping[str, Callable]) -> list[Any]:
     for i in range(len(lanes)):
         advance(i, None)
     while pending:
-        groups: dict[str, list[int]] = {}
+        groups: dict[int, tuple[Callable, list[int]]] = {}
         for i, call in pending.items():
-            groups.setdefault(call.task, []).append(i)
-        for task, members in groups.items():
-            outs = call_lanes(ops[task], [pending[i].args for i in members])
-            for i, out in zip(members, outs, strict=True):
+            op = lanes[i][1][call.task]
+            groups.setdefault(id(op), (op, []))[1].append(i)
+        started = [(members, start_lanes(op, [pending[i].args for i in members]))
+                   for op, members in groups.values()]
+        for members, finish in started:
+            for i, out in zip(members, finish(), strict=True):
                 advance(i, out)
     return values

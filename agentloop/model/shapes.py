@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentloop.model.kernel_sets import KernelSet, call_lanes
+from agentloop.model.kernel_sets import KernelSet, start_lanes
 from gates.contract import Task, get_task
 
 MAX_SHAPES = 6
@@ -50,11 +50,16 @@ class ShapeLog:
             note(args, result)
             return result
 
-        def lanes(arg_lists: list[tuple]) -> list:
-            results = call_lanes(fn, arg_lists)
-            for args, result in zip(arg_lists, results, strict=True):
-                note(args, result)
-            return results
+        def lanes(arg_lists: list[tuple]) -> Callable[[], list]:
+            finish = start_lanes(fn, arg_lists)
+
+            def noted() -> list:
+                results = finish()
+                for args, result in zip(arg_lists, results, strict=True):
+                    note(args, result)
+                return results
+
+            return noted
 
         def note(args: tuple, result: Any) -> None:
             dims: dict[str, int] = {}
@@ -70,7 +75,7 @@ class ShapeLog:
                 for axis, n in lengths.items():  # a padded length: the gate sweeps it; keep the longest
                     self._longest[(key, axis)] = max(n, self._longest.get((key, axis), 0))
 
-        call.lanes = lanes
+        call.start_lanes = lanes
         return call
 
     def shapes(self) -> list[OpShapes]:

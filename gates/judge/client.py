@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -287,12 +288,15 @@ class Runner:
         return _failure(self, text, rule)
 
     def _request(self, header: dict, expect: str, fds: tuple[int, ...] = ()) -> dict:
+        self._send(header, fds)
+        return self._reply(header["op"], expect)
+
+    def _send(self, header: dict, fds: tuple[int, ...] = ()) -> None:
         self._settle()  # the judge's last copies out of the arena are done before the runner may write it
         try:
             wire.send(self.sock, header, fds)
         except (OSError, wire.WireError):
             raise self._death("closed") from None
-        return self._reply(header["op"], expect)
 
     def _reply(self, asked: str, expect: str) -> dict:
         """The runner's next message, which must be the `expect` answer to an `asked` request."""
@@ -567,26 +571,40 @@ class Runner:
         as many as go through at once: the model check serves its requests alone in step, and
         one request per call cost most of its time in round trips. The first failure raises as
         `call`'s does; the calls after it are not made."""
-        reports: list[CallReport] = []
-        while len(reports) < len(lanes):
-            reports += self._call_lanes(lanes[len(reports):], track)
-        return reports
+        return self.start_lanes(lanes, track=track)()
 
-    def _call_lanes(self, lanes: list[list[Any]], track: bool) -> list[CallReport]:
-        """One `calls` request; the reports of the calls the runner made in it (it stops after a
-        call whose outputs took the two-step placing, which may have replaced the arena)."""
+    def start_lanes(self, lanes: list[list[Any]], *, track: bool = False) -> Callable[[], list[CallReport]]:
+        """`call_lanes` in two halves: the request is sent now, and the function returned reads
+        the replies (and makes the calls that did not go through at once): the judge can have
+        requests out to several runners at once and read them in turn."""
+        sent = self._send_lanes(lanes, track)
+
+        def finish() -> list[CallReport]:
+            reports = self._read_lanes(*sent)
+            while len(reports) < len(lanes):
+                reports += self._read_lanes(*self._send_lanes(lanes[len(reports):], track))
+            return reports
+
+        return finish
+
+    def _send_lanes(self, lanes: list[list[Any]], track: bool) -> tuple:
+        """One `calls` request, sent; what `_read_lanes` needs to read its replies."""
         free, self._freed = self._freed, []
         room = aligned(min(self._lane_room, OUTPUT_ROOM_LIMIT // len(lanes)))
         specs, end = self._encode_lanes(lanes, room * len(lanes))
         bounds = [[end + k * room, end + (k + 1) * room] for k in range(len(lanes))]
         bounds[-1][1] = self.arena.size
-        reply = self._request({"op": "calls", "free": free, "calls": [
-            {"args": lane, "track": track, "out": out} for lane, out in zip(specs, bounds, strict=True)]},
-            "result")
+        self._send({"op": "calls", "free": free, "calls": [
+            {"args": lane, "track": track, "out": out} for lane, out in zip(specs, bounds, strict=True)]})
+        return lanes, specs, bounds
+
+    def _read_lanes(self, lanes: list[list[Any]], specs: list[list[dict]], bounds: list[list[int]]
+                    ) -> list[CallReport]:
+        """The reports of the calls the runner made for one `calls` request (it stops after a call
+        whose outputs took the two-step placing, which may have replaced the arena, or failed)."""
         reports = []
-        for k, (args, lane, (start, stop)) in enumerate(zip(lanes, specs, bounds, strict=True)):
-            if k:
-                reply = self._reply("calls", "result")
+        for args, lane, (start, stop) in zip(lanes, specs, bounds, strict=True):
+            reply = self._reply("calls", "result")
             outs, placed = self._receive_outputs(reply, start, stop)
             self._lane_room = max(self._lane_room, self._out_room)
             reports.append(self._report(args, lane, outs, reply, placed))
