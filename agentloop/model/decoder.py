@@ -31,7 +31,6 @@ from typing import Any, NamedTuple
 import torch
 
 from agentloop.model.config import ModelConfig
-from agentloop.model.kernel_sets import start_lanes
 from agentloop.model.recorder import Recorder
 from agentloop.model.weights import Expert, ModelWeights
 
@@ -59,13 +58,11 @@ in step)."""
 
 
 def drive(steps: Calls, ops: Mapping[str, Callable]) -> Any:
-    """Run `steps` to its end, each op call made on `ops` as it comes (through
-    `kernel_sets.start_lanes`, as one call of its own: a caged runner then keeps the weights in
-    its arena from one call to the next); its return value."""
+    """Run `steps` to its end, each op call made on `ops` as it comes; its return value."""
     try:
         call = next(steps)
         while True:
-            call = steps.send(start_lanes(ops[call.task], [call.args])()[0])
+            call = steps.send(ops[call.task](*call.args))
     except StopIteration as stop:
         return stop.value
 

@@ -34,7 +34,7 @@ class HostArena:
         """Make the arena at least `size` bytes; the new memfd to send, or None if it fits."""
         if size <= self.size:
             return None
-        size = max(size, grown(self.size, size), 1 << 20)
+        size = max(size, 2 * self.size, 1 << 20)
         fd = os.memfd_create("agentloop-arena", 0)
         os.ftruncate(fd, size)
         self.release()
@@ -78,7 +78,7 @@ class DeviceArena:
         """As `HostArena.ensure`; raises DeviceMemoryError where the driver refuses."""
         if size <= self.size:
             return None
-        memory = SharedDeviceMemory.create(max(size, grown(self.size, size), 1 << 21), self.device)
+        memory = SharedDeviceMemory.create(max(size, 2 * self.size, 1 << 21), self.device)
         try:
             view = memory.tensor(torch)
             # The driver may hand back pages this judge used before (a reference's outputs): the
@@ -125,17 +125,6 @@ def new_arena(device: str) -> HostArena | DeviceArena:
     if device_arena_refused or os.environ.get(ARENA_VARIABLE) == "host":
         return HostArena(gpu=True)
     return DeviceArena(torch.cuda.current_device())
-
-
-GROWTH_LIMIT = 1 << 30
-"""An arena grows to twice its size, or to what is needed, but never more than this beyond it:
-a runner of the model check keeps gigabytes of weights in its arena (`Runner._encode_lanes`),
-6 GB for the MoE decoder's linear, and three copies of a set's runners share one GPU (doubled,
-their arenas alone would take up to 37 GB of an 80 GB H100: an estimate, not measured)."""
-
-
-def grown(current: int, needed: int) -> int:
-    return min(2 * current, needed + GROWTH_LIMIT)
 
 
 def numel(shape: list[int]) -> int:

@@ -67,10 +67,6 @@ MAX_OUTPUT_BYTES = 32 * 2**30
 DEFAULT_MEMORY = 4 * 2**30
 """Host memory a runner may add to what it holds once started (the task shapes need far less)."""
 MAX_DIMS = 8
-RESIDENT_BYTES = 1 << 20
-"""A tensor of this size or more passed to a `calls` request stays in the arena for the next one."""
-RESIDENT_LIMIT = 16 * 2**30
-"""At most this much of the arena holds such tensors; beyond it they are copied each time."""
 OUTPUT_ROOM_LIMIT = 4 * 2**30
 """At most this much room for outputs is kept in the arena ahead of a call (from the last call's
 outputs); larger outputs take the two-step placing."""
@@ -177,13 +173,6 @@ class Runner:
         self._out_room = 0
         """Bytes the last call's outputs took: the room the next call's arena keeps for its outputs."""
         self._lane_room = 0
-        self._resident: dict[int, tuple[int, int, int, weakref.ref]] = {}
-        """Tensors kept in the arena between `calls` requests: id -> (offset, bytes, the version
-        counter they were copied at, a reference to them); `_encode_lanes`."""
-        self._resident_end = 0
-        self._arenas = 0
-        """How many arenas this runner has had (`_grow` counts them): what is kept is kept in one."""
-        self._resident_arena = 0
         """The most bytes one call's outputs took (up to OUTPUT_ROOM_LIMIT): the room each call of a
         `call_lanes` request is offered."""
         self._slots: dict[int, tuple[int, weakref.ref]] = {}
@@ -347,7 +336,6 @@ class Runner:
             fd = self.arena.ensure(size)
         if fd is None:
             return
-        self._arenas += 1
         try:
             reply = self._request({"op": "arena", "size": self.arena.size, "on_device": self.arena.on_device},
                                   "arena", (fd,))
@@ -453,47 +441,20 @@ class Runner:
         lanes, end = self._encode_lanes([args], room)
         return lanes[0], end
 
-    def _encode_lanes(self, lanes: list[list[Any]], room: int = 0,
-                      keep: bool = False) -> tuple[list[list[dict]], int]:
+    def _encode_lanes(self, lanes: list[list[Any]], room: int = 0) -> tuple[list[list[dict]], int]:
         """`_encode` for the argument lists of several calls at once: a tensor passed to several
-        of them (a weight) goes into the arena once, and every call's spec points at it. With
-        `keep` (a `calls` request), tensors of RESIDENT_BYTES or more stay where they were put,
-        at the arena's start, from one such request to the next, and are copied again only when
-        changed (their version counter) or after the arena was replaced: the model check's
-        requests pass the same weights again and again, and copying them each time (and waiting
-        for the copies) took a fifth of its time. Any other request lays out from the start."""
-        if not keep or self._resident_arena != self._arenas:
-            self._resident, self._resident_end = {}, 0
-        unique = list({id(a): a for args in lanes for a in args if isinstance(a, torch.Tensor)}.values())
+        of them (a weight) goes into the arena once, and every call's spec points at it."""
         offsets: dict[int, int] = {}
-        writes = []
-        if keep:  # the large ones first: kept where they are, or added to the kept ones
-            for a in unique:
-                nbytes = a.numel() * a.element_size()
-                kept = self._resident.get(id(a))
-                if kept is not None and kept[3]() is a and kept[1] == nbytes:
-                    offsets[id(a)] = kept[0]
-                    if kept[2] != a._version:
-                        writes.append(a)
-                        self._resident[id(a)] = (kept[0], nbytes, a._version, kept[3])
-                elif nbytes >= RESIDENT_BYTES and self._resident_end + nbytes <= RESIDENT_LIMIT:
-                    offsets[id(a)] = self._resident_end
-                    writes.append(a)
-                    self._resident[id(a)] = (self._resident_end, nbytes, a._version, weakref.ref(a))
-                    self._resident_end += aligned(nbytes)
-        offset = self._resident_end
-        for a in unique:
-            if id(a) not in offsets:
-                offsets[id(a)] = offset
-                writes.append(a)
-                offset += aligned(a.numel() * a.element_size())
+        tensors, offset = [], 0
+        for args in lanes:
+            for a in args:
+                if isinstance(a, torch.Tensor) and id(a) not in offsets:
+                    offsets[id(a)] = offset
+                    tensors.append((a, offset))
+                    offset += aligned(a.numel() * a.element_size())
         self._grow(offset + room)
-        if self._resident_arena != self._arenas:  # a new arena: nothing it held before is in it
-            writes = unique
-            self._resident = {k: v for k, v in self._resident.items() if k in offsets}
-            self._resident_arena = self._arenas
-        for t in writes:
-            self.arena.view(offsets[id(t)], t.dtype, list(t.shape)).copy_(t)
+        for t, off in tensors:
+            self.arena.view(off, t.dtype, list(t.shape)).copy_(t)
         specs = []
         for args in lanes:
             lane = []
@@ -630,7 +591,7 @@ class Runner:
         """One `calls` request, sent; what `_read_lanes` needs to read its replies."""
         free, self._freed = self._freed, []
         room = aligned(min(self._lane_room, OUTPUT_ROOM_LIMIT // len(lanes)))
-        specs, end = self._encode_lanes(lanes, room * len(lanes), keep=True)
+        specs, end = self._encode_lanes(lanes, room * len(lanes))
         bounds = [[end + k * room, end + (k + 1) * room] for k in range(len(lanes))]
         bounds[-1][1] = self.arena.size
         self._send({"op": "calls", "free": free, "calls": [
