@@ -196,9 +196,11 @@ def run_alone(decoders: list[Decoder], requests: list[Request],
     caged runner instead of one each), and to the ops of different runs at once. Per run, each
     request's tokens and logprobs; the wall time."""
     start = time.perf_counter()
-    plan = alone_plan(requests)
-    lanes = [(serve_plan(decoder.lane(), [r], [s for s in plan if s.rows[0].request == r.id], device),
-              decoder.ops) for decoder in decoders for r in requests if r.reported]
+    steps: dict[int, list[PlannedStep]] = {}
+    for planned in alone_plan(requests):
+        steps.setdefault(planned.rows[0].request, []).append(planned)
+    lanes = [(serve_plan(decoder.lane(), [r], steps[r.id], device), decoder.ops)
+             for decoder in decoders for r in requests if r.reported]
     values = iter(run_lanes(lanes))
     runs = []
     for _ in decoders:

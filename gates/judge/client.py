@@ -495,6 +495,7 @@ class Runner:
             offsets.append(offset)
             offset += aligned(spec[2])
         self._out_room = min(offset - start, OUTPUT_ROOM_LIMIT)
+        self._lane_room = max(self._lane_room, self._out_room)
         claim = reply.get("placed", False)
         if claim is True:
             if end is None or offset > min(end, self.arena.size):
@@ -562,7 +563,6 @@ class Runner:
         reply = self._request({"op": "call", "args": specs, "free": free, "track": track,
                                "out": [end, room]}, "result")
         outs, placed = self._receive_outputs(reply, end, room)
-        self._lane_room = max(self._lane_room, self._out_room)
         return self._report(args, specs, outs, reply, placed)
 
     def call_lanes(self, lanes: list[list[Any]], *, track: bool = False) -> list[CallReport]:
@@ -606,7 +606,6 @@ class Runner:
         for args, lane, (start, stop) in zip(lanes, specs, bounds, strict=True):
             reply = self._reply("calls", "result")
             outs, placed = self._receive_outputs(reply, start, stop)
-            self._lane_room = max(self._lane_room, self._out_room)
             reports.append(self._report(args, lane, outs, reply, placed))
             if reply.get("placed") is not True:
                 break

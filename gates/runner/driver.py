@@ -241,8 +241,8 @@ class Driver:
                 setattr(module, attr, original)
         for cls, names, values in self.own_classes:
             now = cls.__dict__
-            # Each attribute the very object it was (a missing one is _MISSING), compared in C:
-            # this runs after every call, and a generator of 179 comparisons took most of it.
+            # Each attribute the very object it was (a missing one is _MISSING): `all`, `map`, `is_`
+            # and `repeat` are among the watched functions, put back before this runs.
             if len(now) == len(names) and all(map(is_, map(now.get, names, repeat(_MISSING)), values)):
                 continue
             loaded = dict(zip(names, values, strict=True))
