@@ -205,9 +205,40 @@ def _defined_functions(path: Path) -> set[str]:
     return {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
 
 
+_loaded: dict[Path, tuple[tuple, Task]] = {}
+"""Tasks already loaded, by absolute path, with the state of the files they were read from."""
+
+
+def _files_state(*paths: Path) -> tuple:
+    """What says a file is as it was: its modification time and size (None if it is gone)."""
+    state = []
+    for p in paths:
+        try:
+            st = p.stat()
+            state.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            state.append(None)
+    return tuple(state)
+
+
 def load_task(path: str | Path) -> Task:
-    """Load and validate one task file; raise TaskError with a one-line message."""
-    path = Path(path)
+    """Load and validate one task file; raise TaskError with a one-line message. A task whose
+    file, reference and baselines are unchanged since it was last loaded is not read again (the
+    model check asks for each of its tasks once per runner: 27 parses of a few YAML files cost
+    seconds). Tasks are frozen, so the same object serves every caller."""
+    path = Path(path).absolute()
+    known = _loaded.get(path)
+    if known is not None:
+        state, task = known
+        if _files_state(path, task.reference_path, task.baselines_path) == state:
+            return task
+    before = _files_state(path)  # taken before reading: a change while it is read is seen next time
+    task = _load_task(path)
+    _loaded[path] = (before + _files_state(task.reference_path, task.baselines_path), task)
+    return task
+
+
+def _load_task(path: Path) -> Task:
     raw = read_mapping(path, "task file", TaskError)
     try:
         task = Task.model_validate({**raw, "path": path.absolute()})  # workers run elsewhere

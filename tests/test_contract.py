@@ -64,6 +64,18 @@ def test_bad_task_file_gives_one_line_error_naming_file_and_field(suite_copy, ch
     assert expected in message
 
 
+def test_a_task_is_read_once_until_its_files_change(suite_copy):
+    path = suite_copy / "rms_norm.yaml"
+    first = load_task(path)
+    assert load_task(path) is first and get_task("rms_norm", suite_copy) is first
+    _edit(path, lambda d: d.update(summary="edited"))
+    assert load_task(path).summary == "edited"
+    reference = suite_copy / "rms_norm" / "reference.py"
+    reference.write_text(reference.read_text().replace("def rms_norm(", "def rms_norm_renamed("))
+    with pytest.raises(TaskError, match="does not define function 'rms_norm'"):
+        load_task(path)
+
+
 def test_invalid_yaml_and_unknown_task(suite_copy):
     (suite_copy / "rms_norm.yaml").write_text("name: [unclosed\n")
     with pytest.raises(TaskError, match="not valid YAML"):
