@@ -18,7 +18,16 @@ from agentloop.model.config import ModelInputError, load_config, parse_config
 from agentloop.model.decoder import Decoder
 from agentloop.model.kernel_sets import compiled_ops, eager_ops, file_ops, reference_ops
 from agentloop.model.recorder import Recorder
-from agentloop.model.schedule import Request, alone_plan, batched_plan, make_requests, run_alone, run_plan
+from agentloop.model.schedule import (
+    Request,
+    alone_plan,
+    batched_plan,
+    make_requests,
+    run_alone,
+    run_lanes,
+    run_plan,
+    serve_plan,
+)
 from agentloop.model.weights import load_weights, seeded_state_dict, seeded_weights
 from gates.contract import get_task
 from gates.corpus import load_manifest
@@ -213,8 +222,8 @@ def test_twin_runners_give_the_alone_runs_of_a_caged_set(monkeypatch):
     assert not twinned.error and twinned.nondeterministic == 0, twinned
     assert twinned.requests and not twinned.sandbox_findings
     # No finder's runs (recorded at once); the first batched run went beside the alone runs.
-    assert list(twinned.phases) == ["runners", "alone", "alone runs", "first batched run", "batched"]
-    assert list(alone.phases) == ["runners", "alone", "alone runs", "batched"]
+    assert list(twinned.phases) == ["runners", "alone", "alone runs", "first batched run", "batched", "stop"]
+    assert list(alone.phases) == ["runners", "alone", "alone runs", "batched", "stop"]
     assert twinned.phases["alone"] >= max(twinned.phases["alone runs"], twinned.phases["first batched run"])
     assert [c.model_dump() for c in twinned.requests] == [c.model_dump() for c in alone.requests]
 
@@ -267,6 +276,69 @@ def test_requests_served_alone_in_step_give_what_they_give_one_after_another(nam
         assert got[i].tokens == expected[i].tokens and got[i].same_logprobs(expected[i])
         assert again[i].tokens == expected[i].tokens and again[i].same_logprobs(expected[i])
     _same_recordings(one_by_one, in_step)
+
+
+def test_runs_on_copies_of_the_kernels_go_out_of_phase():
+    """`run_lanes`: the alone schedule's two runs, on ops that reach different channels (copies
+    of a set's caged kernels), each send their next round as soon as their own replies are in,
+    not after the other's; runs whose ops reach a common channel stay one cohort, with one
+    request out on a channel at a time; the results are those of the calls one after another."""
+    config = load_config("tiny-llama")
+    weights = seeded_weights(config, seed=0)
+    reqs = make_requests(config, requests=2, new_tokens=2, seed=0, fillers=0, prompt_lens=(1, 3))
+    events: list[tuple[str, str]] = []
+
+    def copy(name: str, channels: dict[str, object]) -> dict:
+        out = {}
+        for task, op in reference_ops().items():
+            via = channels[task]
+
+            def start_lanes(arg_lists, op=op, via=via):
+                assert id(via) not in out_on, "two requests out on one channel"
+                out_on.add(id(via))
+                events.append(("send", name))
+                results = [op(*args) for args in arg_lists]
+
+                def finish():
+                    out_on.discard(id(via))
+                    events.append(("read", name))
+                    return results
+                return finish
+
+            def call(*args, op=op):
+                return op(*args)
+            call.start_lanes, call.channel = start_lanes, via
+            out[task] = call
+        return out
+
+    def runners() -> dict[str, object]:
+        return {task: object() for task in reference_ops()}
+
+    def lanes(ops_by_run):
+        made = []
+        for ops in ops_by_run:
+            for r in reqs:
+                steps = [s for s in alone_plan(reqs) if s.rows[0].request == r.id]
+                made.append((serve_plan(Decoder(config, weights, ops), [r], steps, "cpu"), ops))
+        return made
+
+    def check(values):
+        for k, got in enumerate(values):
+            r = reqs[k % len(reqs)]
+            assert got[r.id].tokens == expected[r.id].tokens and got[r.id].same_logprobs(expected[r.id])
+
+    out_on: set[int] = set()
+    expected, _ = run_plan(Decoder(config, weights, reference_ops()), reqs, alone_plan(reqs), "cpu")
+    check(run_lanes(lanes([copy("a", runners()), copy("b", runners())])))
+    # Out of phase: after the first round of each, "a" sends its next before "b"'s replies are read.
+    assert events[:4] == [("send", "a"), ("send", "b"), ("read", "a"), ("send", "a")]
+    assert events.count(("send", "a")) == events.count(("send", "b"))
+
+    events.clear()
+    shared = runners()  # two mappings over the same runners: one cohort, in step
+    check(run_lanes(lanes([copy("a", shared), copy("b", shared)])))
+    assert events[:2] == [("send", "a"), ("read", "a")]  # "b"'s calls wait for "a"'s channel
+    assert events.count(("send", "a")) == events.count(("send", "b"))
 
 
 def test_a_caged_sets_requests_served_alone_in_step_share_round_trips(monkeypatch):

@@ -240,3 +240,17 @@ def test_calls_sent_to_two_runners_at_once_are_read_in_turn(runners):
         assert first.alive and second.alive
     finally:
         other.close()
+
+
+def test_a_second_request_before_the_replies_to_calls_made_together_are_read_is_refused(runners):
+    """A runner takes one request at a time: another would overwrite the arena that holds the
+    inputs of the calls still out (`run_lanes` keeps one request out per runner)."""
+    runner = runner_for(runners, COUNTS, 8)
+    w = torch.full((4,), 2.0)
+    finish = runner.start_lanes(lanes_of([1.0, 2.0], w))
+    with pytest.raises(RuntimeError, match="one request at a time"):
+        runner.start_lanes(lanes_of([3.0], w))
+    with pytest.raises(RuntimeError, match="one request at a time"):
+        runner.call(lanes_of([3.0], w)[0])
+    assert [r.outs[0][0, 0].item() for r in finish()] == [2.0, 4.0]
+    assert runner.call(lanes_of([3.0], w)[0]).outs[0][0, 0].item() == 6.0 and runner.alive

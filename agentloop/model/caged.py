@@ -100,6 +100,7 @@ class CagedSet:
             return results
 
         call.start_lanes = lanes
+        call.channel = runner
         return call
 
     def close(self) -> None:

@@ -84,7 +84,7 @@ class SetReport(BaseModel):
     `alone` (the alone schedule's two runs, and the first batched run where it goes beside them
     on a copy of the kernels), within it `alone runs` (the two, in step) and `first batched
     run` (where it goes beside them), `batched` (the batched runs after that), `finder` (its
-    extra runs, if any): where the 60 s of a set go."""
+    extra runs, if any), `stop` (its runners stopped): where the 60 s of a set go."""
     batched_tokens: dict[int, list[int]] = Field(default_factory=dict, exclude=True)
     """Each reported request's tokens in the timed batched run (what `serving` is checked against)."""
 

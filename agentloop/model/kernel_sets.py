@@ -52,6 +52,13 @@ def start_lanes(op: Callable, lanes: list[tuple]) -> Callable[[], list]:
     return lambda: results
 
 
+def channel(op: Callable) -> object | None:
+    """What `start_lanes` sends an op's calls to, which takes one request at a time (a caged
+    runner: a second request before the first's replies are read would overwrite its inputs);
+    None for an op called in this process. Wrappers of an op name the channel of what they wrap."""
+    return getattr(op, "channel", None)
+
+
 def _tasks(tasks: tuple[str, ...] | None) -> list[Task]:
     return [get_task(t) for t in (tasks or MODEL_TASKS)]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentloop.model.config import ModelConfig, ModelInputError
 from agentloop.model.decoder import Calls, Decoder, OpCall, RequestCache, Row, drive
-from agentloop.model.kernel_sets import start_lanes
+from agentloop.model.kernel_sets import channel, start_lanes
 
 
 class Request(BaseModel):
@@ -215,8 +216,15 @@ def run_alone(decoders: list[Decoder], requests: list[Request],
 def run_lanes(lanes: list[tuple[Calls, Mapping[str, Callable]]]) -> list[Any]:
     """Run independent op-call sequences in step, each on its ops: each round, every unfinished
     lane's next call, grouped by the op it calls (in the order of the lanes) and made through
-    `kernel_sets.start_lanes`, every group's request sent before any is read; each lane's value,
-    in order. The calls a lane makes, and their order within it, are those of running it alone."""
+    `kernel_sets.start_lanes`; each lane's value, in order. The calls a lane makes, and their
+    order within it, are those of running it alone.
+
+    Lanes whose ops share no channel (`kernel_sets.channel`: the alone schedule's two runs on
+    their own copies of a set's caged kernels) form cohorts that go out of phase: a cohort's
+    next round is sent as soon as its last one's replies are in and its lanes advanced, so while
+    one cohort's runners make its calls this thread advances another's lanes (the decoder's glue,
+    reading outputs, writing the next inputs: about as long as the runner's side of a call).
+    Lanes that share a channel are one cohort, with one round out at a time."""
     pending: dict[int, OpCall] = {}
     values: list[Any] = [None] * len(lanes)
 
@@ -227,16 +235,47 @@ def run_lanes(lanes: list[tuple[Calls, Mapping[str, Callable]]]) -> list[Any]:
             pending.pop(i, None)
             values[i] = stop.value
 
+    def send(cohort: list[int]) -> list[tuple[list[int], Callable[[], list]]]:
+        groups: dict[int, tuple[Callable, list[int]]] = {}
+        taken: dict[int, int] = {}
+        for i in cohort:
+            if i in pending:
+                op = lanes[i][1][pending[i].task]
+                via = channel(op)
+                if via is not None and taken.setdefault(id(via), id(op)) != id(op):
+                    continue  # its channel is out with another op's calls this round: the next one
+                groups.setdefault(id(op), (op, []))[1].append(i)
+        return [(members, start_lanes(op, [pending[i].args for i in members]))
+                for op, members in groups.values()]
+
     for i in range(len(lanes)):
         advance(i, None)
-    while pending:
-        groups: dict[int, tuple[Callable, list[int]]] = {}
-        for i, call in pending.items():
-            op = lanes[i][1][call.task]
-            groups.setdefault(id(op), (op, []))[1].append(i)
-        started = [(members, start_lanes(op, [pending[i].args for i in members]))
-                   for op, members in groups.values()]
+    rounds = deque((cohort, send(cohort)) for cohort in _cohorts(lanes))
+    while rounds:
+        cohort, started = rounds.popleft()
         for members, finish in started:
             for i, out in zip(members, finish(), strict=True):
                 advance(i, out)
+        if any(i in pending for i in cohort):
+            rounds.append((cohort, send(cohort)))
     return values
+
+
+def _cohorts(lanes: list[tuple[Calls, Mapping[str, Callable]]]) -> list[list[int]]:
+    """The lanes in groups no two of which reach a common channel (lanes on the same ops are
+    one group), each in order, ordered by their first lanes."""
+    by_ops: dict[int, tuple[set[int], list[int]]] = {}
+    for i, (_, ops) in enumerate(lanes):
+        if id(ops) not in by_ops:
+            by_ops[id(ops)] = ({id(c) for c in map(channel, ops.values()) if c is not None}, [])
+        by_ops[id(ops)][1].append(i)
+    cohorts: list[tuple[set[int], list[int]]] = []
+    for reached, members in by_ops.values():
+        apart = []
+        for other in cohorts:
+            if other[0] & reached:
+                reached, members = reached | other[0], other[1] + members
+            else:
+                apart.append(other)
+        cohorts = [*apart, (reached, members)]
+    return sorted((sorted(members) for _, members in cohorts), key=lambda m: m[0])

@@ -51,8 +51,9 @@ def check_sets(specs: list[str], config: str, *, requests: int = 16, new_tokens:
             twins = {choice.name: [log.wrap(c) for c in caged.twins]} if twinned else None
             report = check_model(cfg, weights, {choice.name: log.wrap(caged.ops)}, requests=requests,
                                  new_tokens=new_tokens, seed=seed, device=device, twins=twins)
+            checked = time.perf_counter()
         got = report.sets[0]
-        got.phases = {"runners": runners, **got.phases}
+        got.phases = {"runners": runners, **got.phases, "stop": time.perf_counter() - checked}
         got.sandbox_findings = caged.findings
         got.shapes = log.shapes()
         if gate_shapes:

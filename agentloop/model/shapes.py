@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentloop.model.kernel_sets import KernelSet, start_lanes
+from agentloop.model.kernel_sets import KernelSet, channel, start_lanes
 from gates.contract import Task, get_task
 
 MAX_SHAPES = 6
@@ -81,6 +81,7 @@ class ShapeLog:
                     self._longest[(key, axis)] = max(n, self._longest.get((key, axis), 0))
 
         call.start_lanes = lanes
+        call.channel = channel(fn)
         return call
 
     def shapes(self) -> list[OpShapes]:

@@ -173,6 +173,9 @@ class Runner:
         self._out_room = 0
         """Bytes the last call's outputs took: the room the next call's arena keeps for its outputs."""
         self._lane_room = 0
+        self._lanes_out = False
+        """A `start_lanes` request is out and its replies not yet read: the arena holds its inputs
+        and will hold its outputs, so no other request may be sent before."""
         """The most bytes one call's outputs took (up to OUTPUT_ROOM_LIMIT): the room each call of a
         `call_lanes` request is offered."""
         self._slots: dict[int, tuple[int, weakref.ref]] = {}
@@ -444,6 +447,9 @@ class Runner:
     def _encode_lanes(self, lanes: list[list[Any]], room: int = 0) -> tuple[list[list[dict]], int]:
         """`_encode` for the argument lists of several calls at once: a tensor passed to several
         of them (a weight) goes into the arena once, and every call's spec points at it."""
+        if self._lanes_out:
+            raise RuntimeError("a runner takes one request at a time: the replies to its last "
+                               "start_lanes are not read yet")
         offsets: dict[int, int] = {}
         tensors, offset = [], 0
         for args in lanes:
@@ -578,9 +584,13 @@ class Runner:
         the replies (and makes the calls that did not go through at once): the judge can have
         requests out to several runners at once and read them in turn."""
         sent = self._send_lanes(lanes, track)
+        self._lanes_out = True
 
         def finish() -> list[CallReport]:
-            reports = self._read_lanes(*sent)
+            try:
+                reports = self._read_lanes(*sent)
+            finally:
+                self._lanes_out = False
             while len(reports) < len(lanes):
                 reports += self._read_lanes(*self._send_lanes(lanes[len(reports):], track))
             return reports
