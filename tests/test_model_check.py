@@ -265,7 +265,7 @@ def test_requests_served_alone_in_step_give_what_they_give_one_after_another(nam
     counted = {task: counting(op) for task, op in reference_ops().items()}
     one_by_one, in_step = Recorder(), Recorder()
     expected, _ = run_plan(Decoder(config, weights, counted, one_by_one), reqs, alone_plan(reqs), "cpu")
-    sequential = len(made)
+    sequential = sum(made)  # op calls (a MoE layer's experts go as fans: several calls a request)
     made.clear()
     runs = [Decoder(config, weights, counted, in_step), Decoder(config, weights, counted)]
     (got, again), _ = run_alone(runs, reqs, "cpu")
@@ -276,6 +276,37 @@ def test_requests_served_alone_in_step_give_what_they_give_one_after_another(nam
         assert got[i].tokens == expected[i].tokens and got[i].same_logprobs(expected[i])
         assert again[i].tokens == expected[i].tokens and again[i].same_logprobs(expected[i])
     _same_recordings(one_by_one, in_step)
+
+
+def test_a_moe_layers_experts_go_to_an_op_together():
+    """The experts of a MoE layer are independent: their projections and activations go to the op
+    as fans (one request per stage for a caged kernel), each still a call of its own on the rows
+    routed to it, and give what the calls one after another give, recordings included."""
+    config = load_config("tiny-moe")
+    weights = seeded_weights(config, seed=0)
+    reqs = make_requests(config, requests=3, new_tokens=3, seed=0, fillers=2, prompt_lens=(1, 4))
+    plan = batched_plan(reqs, seed=0)
+    requests_to: dict[str, list[int]] = {}
+
+    def counting(task, op):
+        def start_lanes(arg_lists):
+            requests_to.setdefault(task, []).append(len(arg_lists))
+            results = [op(*args) for args in arg_lists]
+            return lambda: results
+        call = lambda *args: (requests_to.setdefault(task, []).append(1), op(*args))[1]  # noqa: E731
+        call.start_lanes = start_lanes
+        return call
+
+    plain, fanned = Recorder(), Recorder()
+    expected, _ = run_plan(Decoder(config, weights, reference_ops(), plain), reqs, plan, "cpu")
+    counted = {task: counting(task, op) for task, op in reference_ops().items()}
+    got, _ = run_plan(Decoder(config, weights, counted, fanned), reqs, plan, "cpu")
+    for r in reqs:
+        assert got[r.id].tokens == expected[r.id].tokens and got[r.id].same_logprobs(expected[r.id])
+    _same_recordings(plain, fanned)
+    experts = config.num_local_experts
+    assert max(requests_to["linear"]) == experts and max(requests_to["silu_and_mul"]) == experts
+    assert max(requests_to["rms_norm"]) == 1 and max(requests_to["moe_topk_softmax"]) == 1
 
 
 def test_runs_on_copies_of_the_kernels_go_out_of_phase():

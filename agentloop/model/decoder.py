@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import torch
 
 from agentloop.model.config import ModelConfig
+from agentloop.model.kernel_sets import start_lanes
 from agentloop.model.recorder import Recorder
 from agentloop.model.weights import Expert, ModelWeights
 
@@ -51,20 +52,61 @@ class OpCall(NamedTuple):
     args: tuple
 
 
-Calls = Generator[OpCall, Any, Any]
+Calls = Generator["OpCall | list[OpCall]", Any, Any]
 """A decoder step (or a schedule of them): it yields the op calls it needs, in order, is sent
 each one's result, and returns what it computed (`drive` runs one, `schedule.run_lanes` several
-in step)."""
+in step). A list of calls is a fan: calls independent of each other (a MoE layer's experts,
+`together`), sent back the list of their results; they may be made together."""
 
 
 def drive(steps: Calls, ops: Mapping[str, Callable]) -> Any:
-    """Run `steps` to its end, each op call made on `ops` as it comes; its return value."""
+    """Run `steps` to its end, each op call made on `ops` as it comes, a fan's calls to one op
+    together (`kernel_sets.start_lanes`: a caged kernel's in one request); its return value."""
     try:
         call = next(steps)
         while True:
-            call = steps.send(ops[call.task](*call.args))
+            call = steps.send(ops[call.task](*call.args) if isinstance(call, OpCall) else fan_out(call, ops))
     except StopIteration as stop:
         return stop.value
+
+
+def fan_out(calls: list[OpCall], ops: Mapping[str, Callable]) -> list:
+    """The results of a fan's calls, in order: the calls to each op made together, every op's
+    request sent before any is read."""
+    groups: dict[int, tuple[Callable, list[int]]] = {}
+    for k, call in enumerate(calls):
+        op = ops[call.task]
+        groups.setdefault(id(op), (op, []))[1].append(k)
+    started = [(members, start_lanes(op, [calls[k].args for k in members])) for op, members in groups.values()]
+    results: list[Any] = [None] * len(calls)
+    for members, finish in started:
+        for k, out in zip(members, finish(), strict=True):
+            results[k] = out
+    return results
+
+
+def together(steps: list[Calls]) -> Calls:
+    """Independent call sequences as one: each round yields the next call of every unfinished one
+    as a fan (a list, in the order of `steps`) and is sent their results; its value is each
+    one's value. The sequences yield single calls, not fans."""
+    values: list[Any] = [None] * len(steps)
+    pending: dict[int, OpCall] = {}
+
+    def advance(i: int, result: Any) -> None:
+        try:
+            pending[i] = steps[i].send(result)
+        except StopIteration as stop:
+            pending.pop(i, None)
+            values[i] = stop.value
+
+    for i in range(len(steps)):
+        advance(i, None)
+    while pending:
+        order = list(pending)
+        results = yield [pending[i] for i in order]
+        for i, result in zip(order, results, strict=True):
+            advance(i, result)
+    return values
 
 
 class OpContractError(RuntimeError):
@@ -180,12 +222,14 @@ class Decoder:
             raise OpContractError(f"layer{i}.topk: moe_topk_softmax returned expert ids {bad}; expected "
                                   f"{k} distinct ids in 0..{len(layer.experts) - 1}")
         picked = torch.zeros(x.shape[0], k, x.shape[1], dtype=torch.float32, device=x.device)
-        for e, expert in enumerate(layer.experts):
-            rows = [t for t, row_ids in enumerate(chosen) if e in row_ids]
-            if not rows:
-                continue
-            owners = [self._owners[t] for t in rows]
-            out = yield from self._mlp(f"layer{i}.expert{e}", i, x[rows], expert, owners)
+        # Each expert's MLP on the rows routed to it; the experts are independent of each other,
+        # so their calls go as fans (one request per op and stage to a caged kernel, as a real
+        # MoE layer runs its experts together), each still a call of its own.
+        routed = [(e, [t for t, row_ids in enumerate(chosen) if e in row_ids]) for e in range(len(layer.experts))]
+        routed = [(e, rows) for e, rows in routed if rows]
+        outs = yield from together([self._mlp(f"layer{i}.expert{e}", i, x[rows], layer.experts[e],
+                                              [self._owners[t] for t in rows]) for e, rows in routed])
+        for (e, rows), out in zip(routed, outs, strict=True):
             for n, t in enumerate(rows):
                 picked[t, chosen[t].index(e)] = out[n].float()
         total = weights[:, 0, None] * picked[:, 0]

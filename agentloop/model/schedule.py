@@ -216,8 +216,8 @@ def run_alone(decoders: list[Decoder], requests: list[Request],
 def run_lanes(lanes: list[tuple[Calls, Mapping[str, Callable]]]) -> list[Any]:
     """Run independent op-call sequences in step, each on its ops: each round, every unfinished
     lane's next call, grouped by the op it calls (in the order of the lanes) and made through
-    `kernel_sets.start_lanes`; each lane's value, in order. The calls a lane makes, and their
-    order within it, are those of running it alone.
+    `kernel_sets.start_lanes` (a lane's fan, its calls all in the round); each lane's value, in
+    order. The calls a lane makes, and their order within it, are those of running it alone.
 
     Lanes whose ops share no channel (`kernel_sets.channel`: the alone schedule's two runs on
     their own copies of a set's caged kernels) form cohorts that go out of phase: a cohort's
@@ -225,27 +225,38 @@ def run_lanes(lanes: list[tuple[Calls, Mapping[str, Callable]]]) -> list[Any]:
     one cohort's runners make its calls this thread advances another's lanes (the decoder's glue,
     reading outputs, writing the next inputs: about as long as the runner's side of a call).
     Lanes that share a channel are one cohort, with one round out at a time."""
-    pending: dict[int, OpCall] = {}
+    pending: dict[int, list[OpCall]] = {}
+    fans: set[int] = set()  # the lanes whose pending calls are a fan (sent back a list)
     values: list[Any] = [None] * len(lanes)
 
     def advance(i: int, result: Any) -> None:
         try:
-            pending[i] = lanes[i][0].send(result)
+            call = lanes[i][0].send(result)
         except StopIteration as stop:
             pending.pop(i, None)
             values[i] = stop.value
+            return
+        if isinstance(call, OpCall):
+            pending[i] = [call]
+            fans.discard(i)
+        else:
+            pending[i] = list(call)
+            fans.add(i)
 
-    def send(cohort: list[int]) -> list[tuple[list[int], Callable[[], list]]]:
-        groups: dict[int, tuple[Callable, list[int]]] = {}
+    def send(cohort: list[int]) -> list[tuple[list[tuple[int, int]], Callable[[], list]]]:
+        groups: dict[int, tuple[Callable, list[tuple[int, int]]]] = {}
         taken: dict[int, int] = {}
         for i in cohort:
-            if i in pending:
-                op = lanes[i][1][pending[i].task]
-                via = channel(op)
-                if via is not None and taken.setdefault(id(via), id(op)) != id(op):
-                    continue  # its channel is out with another op's calls this round: the next one
-                groups.setdefault(id(op), (op, []))[1].append(i)
-        return [(members, start_lanes(op, [pending[i].args for i in members]))
+            if i not in pending:
+                continue
+            ops = [lanes[i][1][call.task] for call in pending[i]]
+            vias = [(id(via), id(op)) for op in ops if (via := channel(op)) is not None]
+            if any(taken.get(v, o) != o for v, o in vias):
+                continue  # a channel it needs is out with another op's calls this round: the next one
+            taken.update(vias)
+            for k, op in enumerate(ops):
+                groups.setdefault(id(op), (op, []))[1].append((i, k))
+        return [(members, start_lanes(op, [pending[i][k].args for i, k in members]))
                 for op, members in groups.values()]
 
     for i in range(len(lanes)):
@@ -253,9 +264,12 @@ def run_lanes(lanes: list[tuple[Calls, Mapping[str, Callable]]]) -> list[Any]:
     rounds = deque((cohort, send(cohort)) for cohort in _cohorts(lanes))
     while rounds:
         cohort, started = rounds.popleft()
+        got: dict[int, list[Any]] = {}
         for members, finish in started:
-            for i, out in zip(members, finish(), strict=True):
-                advance(i, out)
+            for (i, k), out in zip(members, finish(), strict=True):
+                got.setdefault(i, [None] * len(pending[i]))[k] = out
+        for i, results in got.items():
+            advance(i, results if i in fans else results[0])
         if any(i in pending for i in cohort):
             rounds.append((cohort, send(cohort)))
     return values
