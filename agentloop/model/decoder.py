@@ -77,7 +77,8 @@ def fan_out(calls: list[OpCall], ops: Mapping[str, Callable]) -> list:
     for k, call in enumerate(calls):
         op = ops[call.task]
         groups.setdefault(id(op), (op, []))[1].append(k)
-    started = [(members, start_lanes(op, [calls[k].args for k in members])) for op, members in groups.values()]
+    started = [(members, start_lanes(op, [calls[k].args for k in members]))
+               for op, members in groups.values()]
     results: list[Any] = [None] * len(calls)
     for members, finish in started:
         for k, out in zip(members, finish(), strict=True):
@@ -225,7 +226,8 @@ class Decoder:
         # Each expert's MLP on the rows routed to it; the experts are independent of each other,
         # so their calls go as fans (one request per op and stage to a caged kernel, as a real
         # MoE layer runs its experts together), each still a call of its own.
-        routed = [(e, [t for t, row_ids in enumerate(chosen) if e in row_ids]) for e in range(len(layer.experts))]
+        routed = [(e, [t for t, row_ids in enumerate(chosen) if e in row_ids])
+                  for e in range(len(layer.experts))]
         routed = [(e, rows) for e, rows in routed if rows]
         outs = yield from together([self._mlp(f"layer{i}.expert{e}", i, x[rows], layer.experts[e],
                                               [self._owners[t] for t in rows]) for e, rows in routed])
