@@ -239,9 +239,11 @@ def run_lanes(lanes: list[tuple[Calls, Mapping[str, Callable]]]) -> list[Any]:
         if isinstance(call, OpCall):
             pending[i] = [call]
             fans.discard(i)
-        else:
+        elif call:
             pending[i] = list(call)
             fans.add(i)
+        else:  # an empty fan: nothing to call
+            advance(i, [])
 
     def send(cohort: list[int]) -> list[tuple[list[tuple[int, int]], Callable[[], list]]]:
         groups: dict[int, tuple[Callable, list[tuple[int, int]]]] = {}
