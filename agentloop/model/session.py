@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from agentloop.model.caged import CagedSet
 from agentloop.model.check import ModelCheckReport, SetReport, check_model
@@ -15,7 +16,7 @@ from agentloop.model.schedule import make_requests
 from agentloop.model.serving import ServingSpeed, measure_serving
 from agentloop.model.set_spec import TORCH_KINDS, KernelSetChoice, parse_set
 from agentloop.model.shapes import ShapeLog, gate_at_model_shapes
-from agentloop.model.weights import load_model
+from agentloop.model.weights import ModelWeights, load_model, model_loader
 from gates.judge.runner_process import UID_SLOTS
 
 
@@ -30,13 +31,24 @@ def check_sets(specs: list[str], config: str, *, requests: int = 16, new_tokens:
     (one where a judge's runner uids do not stretch to three), so the alone schedule's two runs
     and the batched schedule's first go at once (`check_model`'s twins); on a CPU they would
     share its cores with the interpreter instead."""
-    cfg, weights = load_model(config, device, seed)
+    cfg, load_weights = model_loader(config, device, seed)
     tasks = required_ops(cfg)
     choices = [parse_set(spec, tasks, device) for spec in specs]
     names = [c.name for c in choices]
     if len(set(names)) != len(names):
         raise ModelInputError(f"two kernel sets are named alike ({', '.join(names)}); name them NAME=SPEC")
-    say = progress or (lambda _: None)
+    with ThreadPoolExecutor(1, thread_name_prefix="weights") as pool:
+        # Drawn (and this process's device set up) while the first set's runners boot.
+        weights = pool.submit(load_weights)
+        return _check_each(choices, tasks, config, cfg, weights, requests=requests, new_tokens=new_tokens,
+                           seed=seed, device=device, gate_shapes=gate_shapes, serving=serving,
+                           twin_runs=twin_runs, say=progress or (lambda _: None))
+
+
+def _check_each(choices: list[KernelSetChoice], tasks: list[str], config: str, cfg: ModelConfig,
+                loading: Future[ModelWeights], *, requests: int, new_tokens: int, seed: int, device: str,
+                gate_shapes: bool, serving: bool, twin_runs: bool | None,
+                say: Callable[[str], None]) -> ModelCheckReport:
     sets: list[SetReport] = []
     report: ModelCheckReport | None = None
     for choice in choices:
@@ -49,7 +61,7 @@ def check_sets(specs: list[str], config: str, *, requests: int = 16, new_tokens:
         with CagedSet(choice, tasks, device, copies=copies) as caged:
             runners = time.perf_counter() - began
             twins = {choice.name: [log.wrap(c) for c in caged.twins]} if twinned else None
-            report = check_model(cfg, weights, {choice.name: log.wrap(caged.ops)}, requests=requests,
+            report = check_model(cfg, loading.result(), {choice.name: log.wrap(caged.ops)}, requests=requests,
                                  new_tokens=new_tokens, seed=seed, device=device, twins=twins)
             checked = time.perf_counter()
         got = report.sets[0]

@@ -12,6 +12,7 @@ output width, shared), which adds exact zeros.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,8 +172,18 @@ def load_weights(directory: str | Path, device: str = "cpu") -> tuple[ModelConfi
 def load_model(config: str, device: str, seed: int) -> tuple[ModelConfig, ModelWeights]:
     """(config, weights): a directory with *.safetensors loads real weights; a config file or a
     bundled name gets weights drawn from `seed`."""
+    cfg, weights = model_loader(config, device, seed)
+    return cfg, weights()
+
+
+def model_loader(config: str, device: str, seed: int) -> tuple[ModelConfig, Callable[[], ModelWeights]]:
+    """`load_model` in two halves: the config, and what gives the weights. Real weights are read
+    now, so a directory that does not match is said before anything else runs; weights drawn
+    from `seed` are drawn when asked (the model check draws them while the first kernel set's
+    runners boot)."""
     path = Path(config)
     if path.is_dir() and any(path.glob("*.safetensors")):
-        return load_weights(path, device)
+        cfg, weights = load_weights(path, device)
+        return cfg, lambda: weights
     cfg = load_config(config)
-    return cfg, seeded_weights(cfg, seed, device)
+    return cfg, lambda: seeded_weights(cfg, seed, device)
