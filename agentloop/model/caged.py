@@ -6,6 +6,7 @@ process never imports a kernel: it hands tensors over and reads back outputs it 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agentloop.model.config import ModelInputError
@@ -104,11 +105,16 @@ class CagedSet:
         return call
 
     def close(self) -> None:
-        for runner in self.runners:
+        """Every runner stopped, their findings kept; the runners stop at once (each waits for its
+        process to die and removes its files: one after another, a set's 27 runners took 3.5 s
+        on an H100)."""
+        runners, self.runners = self.runners, []
+        for runner in runners:
             for finding in runner.take_findings():
                 self.findings.append(f"{finding.rule}: {finding.message}")
-            runner.stop()
-        self.runners = []
+        if runners:
+            with ThreadPoolExecutor(min(16, len(runners)), thread_name_prefix="stop-runner") as pool:
+                list(pool.map(lambda runner: runner.stop(), runners))
 
     def __enter__(self) -> CagedSet:
         return self

@@ -29,6 +29,7 @@ import re
 import shutil
 import stat
 import tempfile
+import threading
 
 VARIABLE = "AGENTLOOP_KERNEL_CACHE"
 """The store's directory, shared by a pool's judge workers."""
@@ -96,7 +97,7 @@ def _copy(src: str, dst: str) -> None:
     """Copy one file without following a link at the source; written under a temporary name and
     renamed, so a reader never sees half a file."""
     fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
-    tmp = f"{dst}.part-{os.getpid()}"
+    tmp = f"{dst}.part-{os.getpid()}-{threading.get_ident()}"  # runners of one judge stop in threads
     try:
         with os.fdopen(fd, "rb") as fin, open(tmp, "wb") as fout:
             shutil.copyfileobj(fin, fout)
